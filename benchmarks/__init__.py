@@ -1,0 +1,1 @@
+"""Standalone benchmarks; figures go to benchmarks/README.md."""

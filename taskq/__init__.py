@@ -1,0 +1,65 @@
+"""taskq: a task queue for Python on RabbitMQ, with a transactional outbox.
+
+Define tasks with :meth:`App.task`, enqueue them with ``task.delay(...)`` and run them with
+``taskq worker -A module:app``. Importing taskq opens no connection and imports no web
+framework.
+"""
+
+from __future__ import annotations
+
+from taskq.app import App
+from taskq.errors import (
+    BrokerConnectionError,
+    BrokerError,
+    ConfigurationError,
+    DecodeError,
+    DuplicateTaskName,
+    MessageTooLarge,
+    OutboxError,
+    PublishError,
+    Reject,
+    ResultError,
+    ResultTimeout,
+    Retry,
+    SerializationError,
+    SoftTimeLimitExceeded,
+    TaskControl,
+    TaskFailed,
+    TaskNotRegistered,
+    TaskqError,
+    TopologyError,
+)
+from taskq.results import AsyncResult
+from taskq.schema import metadata
+from taskq.settings import Settings
+from taskq.task import Task
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "App",
+    "AsyncResult",
+    "BrokerConnectionError",
+    "BrokerError",
+    "ConfigurationError",
+    "DecodeError",
+    "DuplicateTaskName",
+    "MessageTooLarge",
+    "OutboxError",
+    "PublishError",
+    "Reject",
+    "ResultError",
+    "ResultTimeout",
+    "Retry",
+    "SerializationError",
+    "Settings",
+    "SoftTimeLimitExceeded",
+    "Task",
+    "TaskControl",
+    "TaskFailed",
+    "TaskNotRegistered",
+    "TaskqError",
+    "TopologyError",
+    "__version__",
+    "metadata",
+]

@@ -1,0 +1,357 @@
+"""App: settings, the task registry, queue options and the publisher of one application.
+
+Nothing happens at construction but validation: no connection is opened until the first
+publish, and each process (a forked child included) opens its own.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar, overload
+
+from taskq.broker.publisher import Publisher
+from taskq.broker.topology import QueueOptions, Topology, validate_queue_name
+from taskq.errors import ConfigurationError, MessageTooLarge
+from taskq.message import Envelope, encode
+from taskq.registry import TaskRegistry
+from taskq.settings import Settings
+from taskq.task import Task, TaskOptions
+
+logger = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_TASK_OPTIONS = frozenset(TaskOptions.__dataclass_fields__)
+
+
+class App:
+    """One taskq application: where tasks are registered and from where they are sent.
+
+    Args:
+        name: Application name; sent as the AMQP ``app_id``.
+        broker_url: AMQP URL; defaults to ``TASKQ_BROKER_URL`` or the local broker.
+        database_url: SQLAlchemy URL; defaults to ``TASKQ_DATABASE_URL`` or SQLite.
+        **settings: Any :class:`~taskq.settings.Settings` field, e.g. ``prefetch_count=32``.
+
+    Raises:
+        ConfigurationError: an unknown setting or an invalid value.
+    """
+
+    def __init__(
+        self,
+        name: str,
+        broker_url: str | None = None,
+        database_url: str | None = None,
+        **settings: Any,
+    ) -> None:
+        if not name or not isinstance(name, str):
+            raise ConfigurationError("App needs a non-empty name, e.g. App('shop')")
+        self.name = name
+        self.registry = TaskRegistry()
+        self._queues: dict[str, QueueOptions] = {}
+        self._validated_queues: set[str] = set()
+        self._lock = threading.Lock()
+        self._publisher: Publisher | None = None
+        self._publisher_pid = 0
+        self._engine: Any = None
+        self._engine_pid = 0
+        self._store: Any = None
+        self._owned_publishers: list[Publisher] = []
+        self.settings = Settings.load(
+            {"broker_url": broker_url, "database_url": database_url, **settings}
+        )
+        self._topology = self._build_topology()
+
+    def __repr__(self) -> str:
+        return f"<App {self.name} namespace={self.settings.namespace}>"
+
+    # -- configuration -------------------------------------------------------------------
+
+    def configure(self, **changes: Any) -> None:
+        """Apply setting changes (e.g. CLI flags, which win over everything else).
+
+        The publisher is dropped so the next publish uses the new settings.
+        """
+        with self._lock:
+            self.settings = self.settings.replace(**changes)
+            self._topology = self._build_topology()
+            self._drop_publisher()
+
+    @property
+    def topology(self) -> Topology:
+        """The broker objects this app declares (names and arguments)."""
+        return self._topology
+
+    def queue(
+        self,
+        name: str,
+        *,
+        type: str = "classic",  # noqa: A002 - mirrors x-queue-type
+        max_priority: int | None = None,
+        max_length: int | None = None,
+        message_ttl_s: float | None = None,
+        overflow: str | None = None,
+        delivery_limit: int | None = None,
+    ) -> QueueOptions:
+        """Configure how the work queue ``name`` is declared.
+
+        Call this before the first publish to or consume from the queue. Split lanes by
+        giving critical work a quorum queue and background work a TTL and a max length.
+
+        Returns:
+            The validated options.
+
+        Raises:
+            ConfigurationError: invalid name or options.
+        """
+        validate_queue_name(name)
+        options = QueueOptions(
+            type=type,  # type: ignore[arg-type]
+            max_priority=max_priority,
+            max_length=max_length,
+            message_ttl_s=message_ttl_s,
+            overflow=overflow,  # type: ignore[arg-type]
+            delivery_limit=delivery_limit,
+        )
+        self._queues[name] = options
+        return options
+
+    def queue_names(self) -> list[str]:
+        """Every work queue this app knows: configured ones, tasks' queues, the default."""
+        names = set(self._queues)
+        names.add(self.settings.default_queue)
+        names.update(task.queue for task in self.registry)
+        return sorted(names)
+
+    # -- tasks -----------------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[P, R], /) -> Task[P, R]: ...
+
+    @overload
+    def task(
+        self, fn: None = None, /, *, name: str | None = None, **options: Any
+    ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
+
+    def task(
+        self, fn: Callable[P, R] | None = None, /, *, name: str | None = None, **options: Any
+    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+        """Register a function as a task: ``@app.task`` or ``@app.task(queue="emails")``.
+
+        Args:
+            fn: The function (when used without parentheses).
+            name: Registered name; defaults to ``module.qualname`` of the function.
+            **options: ``queue``, ``priority``, ``time_limit_s``, ``soft_time_limit_s``.
+
+        Raises:
+            ConfigurationError: an unknown or invalid option.
+            DuplicateTaskName: another function is registered under the same name.
+        """
+        unknown = sorted(set(options) - _TASK_OPTIONS)
+        if unknown:
+            raise ConfigurationError(
+                f"unknown task option(s) {', '.join(unknown)}; "
+                f"known options are: name, {', '.join(sorted(_TASK_OPTIONS))}"
+            )
+        task_options = TaskOptions(**options)
+        if task_options.queue is not None:
+            validate_queue_name(task_options.queue)
+
+        def register(func: Callable[P, R]) -> Task[P, R]:
+            if not callable(func):
+                raise ConfigurationError(f"@app.task needs a function, got {func!r}")
+            task_name = name or f"{func.__module__}.{func.__qualname__}"
+            task: Task[P, R] = Task(self, func, name=task_name, options=task_options)
+            self.registry.add(task)
+            return task
+
+        if fn is not None:
+            return register(fn)
+        return register
+
+    # -- publishing ------------------------------------------------------------------------
+
+    @property
+    def publisher(self) -> Publisher:
+        """This process's publisher (created on first use; a new one after fork)."""
+        publisher = self._publisher
+        if publisher is not None and self._publisher_pid == os.getpid():
+            return publisher
+        with self._lock:
+            if self._publisher is None or self._publisher_pid != os.getpid():
+                # After fork the parent's publisher object is simply forgotten: closing it
+                # here would write to a socket the parent still owns.
+                self._publisher = Publisher(self.settings, self._topology)
+                self._publisher_pid = os.getpid()
+            return self._publisher
+
+    def send(self, envelope: Envelope, queue: str) -> None:
+        """Encode ``envelope`` and publish it to ``queue`` with confirms.
+
+        Raises:
+            SerializationError: an argument cannot be encoded (nothing is published).
+            MessageTooLarge: the body exceeds ``max_message_size_bytes``.
+            PublishError: the broker did not confirm the message.
+        """
+        if queue not in self._validated_queues:
+            validate_queue_name(queue)
+            self._validated_queues.add(queue)
+        if envelope.eta is not None:
+            raise ConfigurationError(
+                f"task {envelope.task!r}: countdown/eta on a direct publish needs a delay "
+                "backend, which taskq does not have yet; enqueue it through the outbox "
+                "(apply_async(..., session=session)), whose relay holds it until it is due"
+            )
+        wire = encode(envelope)
+        self._check_size(envelope, queue, len(wire.body))
+        self.publisher.publish(
+            wire, exchange=self._topology.exchange, routing_key=queue, task=envelope.task
+        )
+
+    def enqueue(self, session: Any, envelope: Envelope, queue: str) -> bool:
+        """Add ``envelope`` to the outbox in ``session``'s transaction (no commit).
+
+        ``session`` is an ORM ``Session`` or a Core ``Connection`` on the database named by
+        ``database_url``; the relay publishes the row after the caller commits.
+
+        Returns:
+            ``False`` when the task id or idempotency key is already in the outbox.
+
+        Raises:
+            SerializationError: an argument cannot be encoded (nothing is written).
+            MessageTooLarge: the body exceeds ``max_message_size_bytes``.
+            OutboxError: the row could not be written.
+        """
+        from taskq.outbox.store import OutboxRow
+
+        if queue not in self._validated_queues:
+            validate_queue_name(queue)
+            self._validated_queues.add(queue)
+        wire = encode(envelope)
+        self._check_size(envelope, queue, len(wire.body))
+        store = self._outbox_store()
+        row = OutboxRow(
+            id=envelope.task_id,
+            queue=queue,
+            task=envelope.task,
+            body=wire.body,
+            headers=wire.headers,
+            priority=envelope.priority,
+            eta=envelope.eta,
+            idempotency_key=envelope.idempotency_key,
+            created_at=store.created_at(),
+        )
+        try:
+            return bool(store.add(session, row))
+        except Exception as exc:
+            if type(exc).__module__.startswith("sqlalchemy"):
+                from taskq.errors import OutboxError
+
+                raise OutboxError(
+                    f"cannot add task {envelope.task!r} (id {envelope.task_id}) for queue "
+                    f"{queue!r} to the outbox: {exc}; run app.create_tables() or "
+                    "`taskq db create` if the table is missing",
+                    task=envelope.task,
+                    task_id=envelope.task_id,
+                    queue=queue,
+                ) from exc
+            raise
+
+    # -- database ----------------------------------------------------------------------------
+
+    @property
+    def engine(self) -> Any:
+        """This process's SQLAlchemy engine for ``database_url`` (created on first use)."""
+        engine = self._engine
+        if engine is not None and self._engine_pid == os.getpid():
+            return engine
+        from taskq.db import create_engine
+
+        with self._lock:
+            if self._engine is None or self._engine_pid != os.getpid():
+                self._engine = create_engine(self.settings.database_url)
+                self._engine_pid = os.getpid()
+            return self._engine
+
+    def create_tables(self) -> None:
+        """Create taskq's tables in ``database_url`` if they do not exist."""
+        from taskq.schema import metadata
+
+        metadata.create_all(self.engine)
+
+    def outbox_backlog(self) -> Any:
+        """Return the outbox :class:`~taskq.outbox.store.Backlog` (rows, oldest age)."""
+        return self._outbox_store().backlog(self.engine)
+
+    def relay(self, *, publisher: Publisher | None = None) -> Any:
+        """Build an :class:`~taskq.outbox.relay.OutboxRelay` for this app's outbox."""
+        from taskq.outbox.relay import OutboxRelay, RelayConfig
+
+        config = RelayConfig(
+            batch_size=self.settings.outbox_batch_size,
+            poll_interval_s=self.settings.outbox_poll_interval_s,
+            retry_max_s=self.settings.outbox_retry_max_s,
+        )
+        if publisher is None:
+            publisher = Publisher(self.settings, self._topology, client_name="taskq relay")
+            self._owned_publishers.append(publisher)
+        return OutboxRelay(
+            self.engine,
+            publisher,
+            exchange=self._topology.exchange,
+            app_id=self.name,
+            config=config,
+        )
+
+    def _outbox_store(self) -> Any:
+        if self._store is None:
+            from taskq.outbox.store import OutboxStore
+
+            self._store = OutboxStore()
+        return self._store
+
+    def close(self) -> None:
+        """Close this process's broker connection and database pool (safe to repeat)."""
+        with self._lock:
+            self._drop_publisher()
+            owned, self._owned_publishers = self._owned_publishers, []
+            for publisher in owned:
+                publisher.close()
+            engine, self._engine = self._engine, None
+            if engine is not None and self._engine_pid == os.getpid():
+                engine.dispose()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _check_size(self, envelope: Envelope, queue: str, size_bytes: int) -> None:
+        limit = self.settings.max_message_size_bytes
+        if size_bytes > limit:
+            raise MessageTooLarge(
+                f"task {envelope.task!r} (id {envelope.task_id}) for queue {queue!r}: the "
+                f"encoded arguments are {size_bytes} bytes, above max_message_size_bytes="
+                f"{limit}; pass a reference (a database id, an object-store key) instead of "
+                "the data",
+                task=envelope.task,
+                task_id=envelope.task_id,
+                queue=queue,
+                size_bytes=size_bytes,
+            )
+
+    def _build_topology(self) -> Topology:
+        return Topology(
+            namespace=self.settings.namespace,
+            default_max_priority=self.settings.default_max_priority,
+            queues=self._queues,
+        )
+
+    def _drop_publisher(self) -> None:
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None and self._publisher_pid == os.getpid():
+            try:
+                publisher.close()
+            except Exception:  # closing is best effort; the connection may be gone
+                logger.debug("error closing publisher", exc_info=True)

@@ -1,0 +1,1 @@
+"""RabbitMQ adapters: connections, topology, publishing and consuming (pika lives here only)."""

@@ -1,0 +1,328 @@
+"""The only place pika connections are built, and where topology is declared.
+
+Every process opens its own connections (a forked child must never write to its parent's
+socket). Heartbeats are negotiated from the settings; the worker keeps them flowing from an
+I/O thread while tasks run.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+import re
+import socket
+import urllib.request
+from typing import Any
+from urllib.parse import quote
+
+import pika
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel
+
+from taskq.broker.topology import Declarations
+from taskq.errors import BrokerConnectionError, TopologyError
+from taskq.settings import Settings, redact_url
+
+logger = logging.getLogger(__name__)
+
+
+def connection_parameters(
+    settings: Settings, *, client_name: str, heartbeat_s: int | None = None
+) -> pika.URLParameters:
+    """Build pika parameters from ``settings.broker_url`` plus taskq's timeouts."""
+    try:
+        params = pika.URLParameters(settings.broker_url)
+    except Exception as exc:  # pika raises several types for malformed URLs
+        raise BrokerConnectionError(
+            f"invalid broker URL {redact_url(settings.broker_url)}: {exc}; "
+            "expected amqp://user:password@host:port/vhost",
+            url=redact_url(settings.broker_url),
+        ) from None
+    params.heartbeat = settings.heartbeat_s if heartbeat_s is None else heartbeat_s
+    params.socket_timeout = settings.connect_timeout_s
+    params.stack_timeout = settings.connect_timeout_s * 2
+    params.blocked_connection_timeout = settings.blocked_connection_timeout_s
+    params.connection_attempts = 1
+    params.client_properties = {
+        "connection_name": f"{client_name} pid={os.getpid()} host={socket.gethostname()}",
+        "product": "taskq",
+    }
+    return params
+
+
+def open_connection(
+    settings: Settings, *, client_name: str, heartbeat_s: int | None = None
+) -> pika.BlockingConnection:
+    """Open a blocking connection to the broker named in ``settings``.
+
+    Args:
+        settings: Where to connect and with which timeouts.
+        client_name: Shown in the management UI's connection list.
+        heartbeat_s: Overrides ``settings.heartbeat_s`` (tests use short heartbeats).
+
+    Raises:
+        BrokerConnectionError: the broker is unreachable or refused the login; the message
+            names the URL with its password masked.
+    """
+    params = connection_parameters(settings, client_name=client_name, heartbeat_s=heartbeat_s)
+    try:
+        return pika.BlockingConnection(params)
+    except pika.exceptions.ProbableAuthenticationError as exc:
+        raise BrokerConnectionError(
+            f"RabbitMQ at {redact_url(settings.broker_url)} refused the login: check the "
+            "user and password in TASKQ_BROKER_URL",
+            url=redact_url(settings.broker_url),
+        ) from exc
+    except (pika.exceptions.AMQPError, OSError) as exc:
+        raise BrokerConnectionError(
+            f"cannot connect to RabbitMQ at {redact_url(settings.broker_url)} "
+            f"({type(exc).__name__}: {_detail(exc)}); is the broker running and "
+            "is TASKQ_BROKER_URL right?",
+            url=redact_url(settings.broker_url),
+        ) from exc
+
+
+def _detail(exc: BaseException) -> str:
+    # pika's AMQPConnectionError prints as "" and keeps the real reason (refused, timed
+    # out, reset) in its args.
+    text = str(exc).strip()
+    if not text and exc.args:
+        text = "; ".join(str(arg) or repr(arg) for arg in exc.args)
+    return text or "no detail"
+
+
+def declare(channel: BlockingChannel, declarations: Declarations) -> BlockingChannel:
+    """Declare exchanges, queues and bindings idempotently.
+
+    Returns the channel to keep using (today always ``channel``; the return value leaves room
+    for a reopened one).
+
+    Raises:
+        TopologyError: an exchange or queue exists with other arguments (the broker answered
+            PRECONDITION_FAILED). Its text names the object and both argument sets;
+            attributes: ``name``, ``kind``, ``queue`` (for queues), ``expected``,
+            ``actual`` (what is known of the existing arguments), ``actual_complete``,
+            ``broker_reply``, and ``channel``: pika closes a channel on that error, so a
+            fresh channel of the same connection (``None`` if the connection is gone).
+    """
+    for exchange in declarations.exchanges:
+        _guarded(
+            channel, "exchange", exchange.name, {"type": exchange.type, **exchange.arguments}
+        )
+    for queue in declarations.queues:
+        _guarded(channel, "queue", queue.name, queue.arguments)
+    for binding in declarations.bindings:
+        channel.queue_bind(binding.queue, binding.exchange, routing_key=binding.routing_key)
+    return channel
+
+
+def _guarded(channel: BlockingChannel, kind: str, name: str, expected: dict[str, Any]) -> None:
+    try:
+        _declare_one(channel, kind, name, expected)
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        if exc.reply_code != 406:
+            raise
+        connection = channel.connection
+        raise _topology_error(
+            kind,
+            name,
+            expected,
+            exc.reply_text,
+            connection,
+            connection.channel() if connection.is_open else None,
+        ) from None
+
+
+# RabbitMQ names only the first differing argument, e.g. "inequivalent arg 'x-max-priority'
+# for queue 'q' in vhost '/': received '10' but current is '5'". A value is spelt '10',
+# "the value '5' of type 'signedint'" (when the types differ) or "none" (absent).
+_INEQUIVALENT_RE = re.compile(
+    r"inequivalent arg '(?P<arg>[^']+)' for \w+ '.*' in vhost '.*': "
+    r"received (?P<received>.+) but current is (?P<current>.+)$"
+)
+_TYPED_VALUE_RE = re.compile(r"^the value '(?P<value>.*)' of type '(?P<type>\w+)'$")
+_INT_TYPES = frozenset(
+    {"byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint"}
+)
+_ABSENT = object()
+# The management plugin's HTTP port; only used to describe a TopologyError better.
+_MANAGEMENT_PORT = 15672
+_MANAGEMENT_TIMEOUT_S = 1.0
+
+
+def _topology_error(
+    kind: str,
+    name: str,
+    expected: dict[str, Any],
+    reply_text: str,
+    connection: pika.BlockingConnection,
+    channel: BlockingChannel | None,
+) -> TopologyError:
+    actual = _existing_arguments(connection, kind, name)
+    if actual is None and connection.is_open:
+        actual = _probe_arguments(connection, kind, name, expected, reply_text)
+    complete = actual is not None
+    if actual is not None:
+        existing = f"the existing {kind} has {_describe(actual)}"
+    else:
+        actual, existing = _reported_difference(reply_text, expected, kind)
+    attributes: dict[str, Any] = {"queue": name} if kind == "queue" else {}
+    return TopologyError(
+        f"{kind} {name!r} already exists with other arguments than taskq declares: taskq "
+        f"declares {_describe(expected)}; {existing}. Delete the {kind} (drain it first: "
+        f"its messages go with it) so that taskq re-creates it, or change the app's queue "
+        "options to match the existing one.",
+        name=name,
+        kind=kind,
+        expected=dict(expected),
+        actual=actual,
+        actual_complete=complete,
+        broker_reply=reply_text,
+        channel=channel,
+        **attributes,
+    )
+
+
+# Flags the broker also compares; a probe cannot vary them (taskq always declares durable).
+_FLAGS = frozenset({"durable", "auto_delete", "exclusive", "internal"})
+_MAX_PROBES = 12
+
+
+def _probe_arguments(
+    connection: pika.BlockingConnection,
+    kind: str,
+    name: str,
+    expected: dict[str, Any],
+    reply_text: str,
+) -> dict[str, Any] | None:
+    """Learn the existing object's arguments over AMQP, or ``None`` when that fails.
+
+    AMQP cannot read arguments back, and each PRECONDITION_FAILED names only the first
+    differing one, in the broker's own order (``x-dead-letter-exchange`` comes before
+    ``x-max-priority``). So re-declare on throwaway channels, each time adopting the value the
+    broker reported as current, until a declare is accepted: the arguments then equal the
+    existing ones (as far as the broker compares arguments). A declare that is accepted
+    changes nothing on an existing object.
+    """
+    candidate = dict(expected)
+    seen: set[str] = set()
+    for _ in range(_MAX_PROBES):
+        match = _INEQUIVALENT_RE.search(reply_text)
+        if match is None or match["arg"] in _FLAGS or match["arg"] in seen:
+            return None
+        arg = match["arg"]
+        seen.add(arg)
+        current = _parse_value(match["current"], expected.get(arg))
+        if current is _ABSENT:
+            candidate.pop(arg, None)
+        else:
+            candidate[arg] = current
+        try:
+            probe = connection.channel()
+            _declare_one(probe, kind, name, candidate)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            if exc.reply_code != 406:
+                return None
+            reply_text = exc.reply_text
+            continue
+        except pika.exceptions.AMQPError:
+            return None
+        probe.close()
+        return candidate
+    return None
+
+
+def _declare_one(
+    channel: BlockingChannel, kind: str, name: str, arguments: dict[str, Any]
+) -> None:
+    """Declare one durable exchange (its ``type`` among ``arguments``) or queue."""
+    if kind == "exchange":
+        arguments = dict(arguments)
+        exchange_type = arguments.pop("type", "direct")
+        channel.exchange_declare(
+            name, exchange_type=exchange_type, durable=True, arguments=arguments or None
+        )
+    else:
+        channel.queue_declare(name, durable=True, arguments=arguments or None)
+
+
+def _reported_difference(
+    reply_text: str, expected: dict[str, Any], kind: str
+) -> tuple[dict[str, Any], str]:
+    """What the broker's reply says of the existing object: one argument at most."""
+    match = _INEQUIVALENT_RE.search(reply_text)
+    if match is None:
+        return {}, f"the broker reported: {reply_text}"
+    arg = match["arg"]
+    current = _parse_value(match["current"], expected.get(arg))
+    received = _parse_value(match["received"], expected.get(arg))
+    if current is _ABSENT:
+        actual: dict[str, Any] = {}
+        has = f"no {arg!r}"
+    else:
+        actual = {arg: current}
+        has = f"{arg!r} = {current!r}"
+    wants = "none" if received is _ABSENT else repr(received)
+    return actual, (
+        f"the existing {kind} has {has} where taskq declares {wants} (the broker reports "
+        "only the first differing argument, so others may differ too)"
+    )
+
+
+def _parse_value(text: str, like: Any) -> Any:
+    text = text.strip()
+    if text == "none":
+        return _ABSENT
+    typed = _TYPED_VALUE_RE.match(text)
+    if typed is not None:
+        value, kind = typed["value"], typed["type"]
+    else:
+        # No type given: RabbitMQ omits it when it equals the received value's type.
+        value = text[1:-1] if len(text) >= 2 and text[0] == text[-1] == "'" else text
+        kind = "long" if isinstance(like, int) and not isinstance(like, bool) else ""
+    if kind in _INT_TYPES and re.fullmatch(r"-?\d+", value):
+        return int(value)
+    if kind == "bool":
+        return value == "true"
+    return value
+
+
+def _describe(arguments: dict[str, Any]) -> str:
+    if not arguments:
+        return "no arguments"
+    return "{" + ", ".join(f"{k!r}: {arguments[k]!r}" for k in sorted(arguments)) + "}"
+
+
+def _existing_arguments(
+    connection: pika.BlockingConnection, kind: str, name: str
+) -> dict[str, Any] | None:
+    """Ask the management API for every argument of the existing object, or ``None``.
+
+    AMQP cannot read a queue's arguments back, and the broker's 406 reply names only the first
+    difference. The management plugin (when enabled on the broker's host) knows them all; any
+    failure (plugin off, other credentials, firewall) silently falls back to the reply.
+    """
+    try:
+        params = connection._impl.params  # pika keeps the parameters only on the impl
+        credentials = params.credentials
+        user, password = credentials.username, credentials.password
+        host = f"[{params.host}]" if ":" in params.host else params.host
+        url = (
+            f"http://{host}:{_MANAGEMENT_PORT}/api/{kind}s/"
+            f"{quote(params.virtual_host, safe='')}/{quote(name, safe='')}"
+        )
+        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
+        request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
+        # No proxies: the request carries the broker credentials.
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(request, timeout=_MANAGEMENT_TIMEOUT_S) as response:
+            info = json.load(response)
+    except Exception:  # best effort by design: any failure means "not available"
+        logger.debug("management API not available to describe %s %r", kind, name)
+        return None
+    arguments = dict(info.get("arguments") or {})
+    if kind == "exchange" and "type" in info:
+        arguments["type"] = info["type"]
+    return arguments

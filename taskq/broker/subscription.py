@@ -1,0 +1,378 @@
+"""The worker's consumer: an I/O thread owns the connection, the main thread runs tasks.
+
+pika's ``BlockingConnection`` is not thread-safe and answers heartbeats only while someone
+calls into it. So one I/O thread per worker process owns the connection: it consumes with
+manual acks and ``basic_qos(prefetch_count)``, puts each :class:`Delivery` on a hand-off queue
+and otherwise sits in ``process_data_events``, which keeps heartbeats flowing however long a
+task runs. The main thread takes deliveries off that queue, executes them and hands the ack
+back with ``add_callback_threadsafe`` -- the one thread-safe call pika offers.
+
+Acks are coalesced: the main thread finishes deliveries strictly in the order they arrived,
+so when several acks are waiting the I/O thread sends one ``basic_ack(tag, multiple=True)``
+for the highest tag. Rejects are sent in order between them, so a multiple ack never covers
+a delivery that was rejected.
+
+When the connection is lost the I/O thread reconnects with capped exponential backoff plus
+jitter, re-declares the topology and consumes again. Each connection has a *generation*:
+deliveries of a dead channel are dropped unexecuted, and a late ack for one is a logged no-op
+(delivery tags belong to a channel) -- the broker redelivers those messages itself.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import queue
+import random
+import threading
+from collections import deque
+from collections.abc import Sequence
+from typing import Any
+
+import pika
+import pika.exceptions
+from pika.adapters.blocking_connection import BlockingChannel
+
+from taskq.broker.connection import declare, open_connection
+from taskq.broker.topology import Topology
+from taskq.errors import BrokerConnectionError, TopologyError
+from taskq.message import WireMessage
+from taskq.settings import Settings
+
+logger = logging.getLogger(__name__)
+
+# Actions the main thread hands back for a delivery.
+_ACK = 0
+_REJECT = 1
+_REQUEUE = 2
+
+# How often the I/O thread looks at flags set by signal handlers (stop consuming).
+_TICK_S = 0.5
+# First reconnect delay; it doubles per failed attempt up to settings.reconnect_max_delay_s.
+_RECONNECT_BASE_DELAY_S = 0.5
+# Errors after which reconnecting can help: the connection or the channel went away.
+_RECOVERABLE = (pika.exceptions.AMQPError, BrokerConnectionError, OSError)
+
+
+def reconnect_delay_s(
+    attempt: int, max_delay_s: float, *, rand: random.Random | None = None
+) -> float:
+    """Seconds to wait before reconnect attempt ``attempt`` (0-based).
+
+    Exponential from 0.5 s, capped at ``max_delay_s``, with "equal jitter": a random value
+    between half the delay and the full delay, so that the processes of a worker that lost
+    the broker together do not all come back in the same instant.
+    """
+    delay = min(max_delay_s, _RECONNECT_BASE_DELAY_S * (2 ** min(attempt, 30)))
+    uniform = rand.uniform if rand is not None else random.uniform
+    return float(delay / 2 + uniform(0, delay / 2))
+
+
+class Delivery:
+    """One message received by a worker process, with its ack state.
+
+    Attributes:
+        message: The message as received (body, id, headers, properties).
+        queue: The work queue it was consumed from.
+        is_redelivered: The broker delivered it before (a process died, a channel closed).
+        delivery_tag: AMQP delivery tag; valid only on the channel it came from.
+        generation: Which connection of the subscription it came from.
+    """
+
+    __slots__ = ("message", "queue", "is_redelivered", "delivery_tag", "generation", "_owner")
+
+    def __init__(
+        self,
+        message: WireMessage,
+        queue: str,
+        is_redelivered: bool,
+        delivery_tag: int,
+        generation: int,
+        owner: Subscription,
+    ) -> None:
+        self.message = message
+        self.queue = queue
+        self.is_redelivered = is_redelivered
+        self.delivery_tag = delivery_tag
+        self.generation = generation
+        self._owner = owner
+
+    def __repr__(self) -> str:
+        return (
+            f"<Delivery {self.message.message_id} queue={self.queue} tag={self.delivery_tag}"
+            f" generation={self.generation}>"
+        )
+
+    def ack(self) -> None:
+        """Acknowledge: the broker forgets the message. Call once, from the main thread."""
+        self._owner.settle(self, _ACK)
+
+    def reject(self, *, requeue: bool) -> None:
+        """Reject: back to the queue (``requeue=True``) or to the queue's dead-letter exchange."""
+        self._owner.settle(self, _REQUEUE if requeue else _REJECT)
+
+
+class Subscription:
+    """Consumes work queues on a connection owned by a background I/O thread.
+
+    Args:
+        settings: Broker URL, heartbeat, prefetch and reconnect settings.
+        topology: What to declare before consuming (base objects and each queue).
+        queues: The work queues to consume.
+        client_name: Connection name shown in RabbitMQ's management UI.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        topology: Topology,
+        queues: Sequence[str],
+        *,
+        client_name: str,
+    ) -> None:
+        self._settings = settings
+        self._topology = topology
+        self._queues = tuple(queues)
+        self._client_name = client_name
+        self._deliveries: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
+        self._pending: deque[tuple[Delivery, int]] = deque()
+        self._flush_scheduled = False
+        self._connection: pika.BlockingConnection | None = None
+        self._channel: BlockingChannel | None = None
+        self._generation = 0
+        self._stopping = False
+        self._consuming_wanted = True
+        self._cancelled_by_broker = False
+        self._wake = threading.Event()
+        self._failure: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="taskq-io", daemon=True)
+
+    @property
+    def generation(self) -> int:
+        """Number of the current connection; deliveries of older ones are stale."""
+        return self._generation
+
+    # -- main thread ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the I/O thread; it connects (retrying with backoff) and starts consuming."""
+        self._thread.start()
+
+    def get(self, timeout_s: float) -> Delivery | None:
+        """Return the next delivery, or ``None`` after ``timeout_s`` without one.
+
+        Raises:
+            TopologyError: the queues cannot be declared as configured (fatal).
+            BrokerError: the I/O thread stopped on an unexpected error.
+        """
+        try:
+            item = self._deliveries.get(timeout=timeout_s)
+        except queue.Empty:
+            item = None
+        if item is None and self._failure is not None:
+            raise self._failure
+        return item
+
+    def settle(self, delivery: Delivery, action: int) -> None:
+        """Queue an ack or reject for ``delivery`` and wake the I/O thread to send it."""
+        self._pending.append((delivery, action))
+        if self._flush_scheduled:
+            return
+        self._flush_scheduled = True
+        connection = self._connection
+        try:
+            if connection is None:
+                raise pika.exceptions.ConnectionWrongStateError("not connected")
+            connection.add_callback_threadsafe(self._flush)
+        except pika.exceptions.ConnectionWrongStateError:
+            # The I/O thread is reconnecting; it flushes (and drops as stale) what is
+            # pending once the new connection is up.
+            self._flush_scheduled = False
+
+    def stop_consuming(self) -> None:
+        """Ask the broker to stop sending (``basic_cancel``, within ~0.5 s).
+
+        Only sets a flag, so a signal handler may call it: the I/O thread's periodic tick
+        sends the cancel. Deliveries already received stay unacked until settled or closed.
+        """
+        self._consuming_wanted = False
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Send pending acks, close the connection and stop the I/O thread.
+
+        Unacked deliveries (prefetched, never started) return to their queue when the
+        channel closes.
+        """
+        self._stopping = True
+        self._consuming_wanted = False
+        self._wake.set()
+        self._call_in_io_thread(_nothing)
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
+        if self._thread.is_alive():
+            logger.warning("broker I/O thread did not stop within %.1fs", timeout_s)
+
+    def _call_in_io_thread(self, callback: Any) -> None:
+        connection = self._connection
+        if connection is None:
+            return
+        try:
+            connection.add_callback_threadsafe(callback)
+        except pika.exceptions.ConnectionWrongStateError:
+            pass  # closed: the I/O thread notices on its own
+
+    # -- I/O thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        attempt = 0
+        while not self._stopping:
+            try:
+                self._connect(attempt)
+                attempt = 0
+                self._serve()
+            except TopologyError as exc:
+                self._fail(exc)
+                return
+            except _RECOVERABLE as exc:
+                self._discard_connection()
+                if self._is_stopping():  # close() may have been called meanwhile
+                    break
+                delay_s = reconnect_delay_s(attempt, self._settings.reconnect_max_delay_s)
+                attempt += 1
+                logger.warning(
+                    "broker connection lost (%s: %s); reconnecting in %.1fs (attempt %d)",
+                    type(exc).__name__, exc or "no detail", delay_s, attempt,
+                )
+                self._wake.wait(delay_s)
+            except BaseException as exc:  # a bug: let the main thread end the process
+                logger.exception("broker I/O thread failed")
+                self._fail(exc)
+                return
+        self._shutdown()
+
+    def _is_stopping(self) -> bool:
+        return self._stopping
+
+    def _connect(self, attempt: int) -> None:
+        connection = open_connection(self._settings, client_name=self._client_name)
+        channel = connection.channel()
+        channel = declare(channel, self._topology.base())
+        for name in self._queues:
+            channel = declare(channel, self._topology.for_queue(name))
+        channel.basic_qos(prefetch_count=self._settings.prefetch_count)
+        channel.add_on_cancel_callback(self._on_broker_cancel)
+        # Order matters (see settle()): publish the new connection, bump the generation,
+        # then clear the flush flag and drain what the main thread queued meanwhile.
+        self._connection, self._channel = connection, channel
+        self._generation += 1
+        self._cancelled_by_broker = False
+        self._flush_scheduled = False
+        self._flush()
+        if self._consuming_wanted:
+            for name in self._queues:
+                channel.basic_consume(name, functools.partial(self._on_message, name))
+        connection.call_later(_TICK_S, self._tick)
+        log = logger.warning if attempt or self._generation > 1 else logger.info
+        log(
+            "connected to the broker; consuming %s with prefetch %d",
+            ", ".join(self._queues), self._settings.prefetch_count,
+        )
+
+    def _serve(self) -> None:
+        connection = self._connection
+        if connection is None:
+            return
+        while not self._stopping:
+            # Returns once callbacks ran (deliveries, acks handed over, wake-ups); heartbeats
+            # are answered inside, so a long task never starves them.
+            connection.process_data_events(time_limit=None)
+            if self._cancelled_by_broker and self._consuming_wanted:
+                raise pika.exceptions.ConsumerCancelled(
+                    "the broker cancelled the consumer (queue deleted or node failover)"
+                )
+
+    def _on_message(
+        self,
+        queue_name: str,
+        channel: BlockingChannel,
+        method: Any,
+        properties: pika.BasicProperties,
+        body: bytes,
+    ) -> None:
+        message = WireMessage(
+            body,
+            properties.message_id,
+            properties.headers or {},
+            properties.priority,
+            properties.timestamp,
+            properties.app_id,
+            properties.content_type,
+        )
+        self._deliveries.put(
+            Delivery(
+                message, queue_name, method.redelivered, method.delivery_tag,
+                self._generation, self,
+            )
+        )
+
+    def _flush(self) -> None:
+        # Clear the flag first: an action queued after this line schedules a new flush.
+        self._flush_scheduled = False
+        pending, channel, generation = self._pending, self._channel, self._generation
+        ack_up_to = 0
+        while pending:
+            delivery, action = pending.popleft()
+            if delivery.generation != generation or channel is None:
+                logger.warning(
+                    "cannot settle message %s: its channel is gone; the broker redelivers it",
+                    delivery.message.message_id,
+                )
+            elif action == _ACK:
+                ack_up_to = delivery.delivery_tag
+            else:
+                if ack_up_to:
+                    channel.basic_ack(ack_up_to, multiple=True)
+                    ack_up_to = 0
+                channel.basic_reject(delivery.delivery_tag, requeue=action == _REQUEUE)
+        if ack_up_to and channel is not None:
+            channel.basic_ack(ack_up_to, multiple=True)
+
+    def _tick(self) -> None:
+        channel, connection = self._channel, self._connection
+        if channel is None or connection is None or not channel.is_open:
+            return
+        if not self._consuming_wanted:
+            for tag in channel.consumer_tags:
+                # pika requeues deliveries that arrive between cancel and cancel-ok.
+                channel.basic_cancel(tag)
+        connection.call_later(_TICK_S, self._tick)
+
+    def _on_broker_cancel(self, frame: Any) -> None:
+        self._cancelled_by_broker = True
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failure = exc
+        self._discard_connection()
+        self._deliveries.put(None)  # wake the main thread so that get() raises
+
+    def _shutdown(self) -> None:
+        connection = self._connection
+        if connection is not None and connection.is_open:
+            try:
+                self._flush()
+                connection.close()
+            except _RECOVERABLE:
+                logger.debug("error closing the broker connection", exc_info=True)
+        self._channel = None
+
+    def _discard_connection(self) -> None:
+        connection, self._channel = self._connection, None
+        if connection is not None and connection.is_open:
+            try:
+                connection.close()
+            except _RECOVERABLE:
+                logger.debug("error closing a failed connection", exc_info=True)
+
+
+def _nothing() -> None:
+    """A no-op callback: scheduling it wakes the I/O thread out of process_data_events."""

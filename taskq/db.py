@@ -1,0 +1,84 @@
+"""Engine helpers: the differences between PostgreSQL and SQLite live here.
+
+- ``postgresql://`` URLs without a driver use psycopg 3 (SQLAlchemy's default would be
+  psycopg2, which taskq does not depend on).
+- SQLite runs in WAL mode with a busy timeout, so readers never block the writer and a
+  producer's commit waits briefly instead of failing while the relay deletes rows.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session
+
+from taskq.errors import ConfigurationError
+from taskq.settings import redact_url
+
+logger = logging.getLogger(__name__)
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def normalise_url(url: str) -> str:
+    """Return ``url`` with the psycopg 3 driver made explicit for PostgreSQL."""
+    if url.startswith("postgresql://"):
+        return "postgresql+psycopg://" + url[len("postgresql://") :]
+    if url.startswith("postgres://"):
+        return "postgresql+psycopg://" + url[len("postgres://") :]
+    return url
+
+
+def create_engine(url: str, **kwargs: Any) -> Engine:
+    """Create an engine for taskq's tables with the right per-dialect settings.
+
+    Raises:
+        ConfigurationError: the URL cannot be parsed or its driver is not installed.
+    """
+    url = normalise_url(url)
+    try:
+        if url.startswith("sqlite"):
+            engine = sa.create_engine(url, **kwargs)
+            sa.event.listen(engine, "connect", _sqlite_pragmas)
+            return engine
+        kwargs.setdefault("pool_pre_ping", True)
+        return sa.create_engine(url, **kwargs)
+    except (sa.exc.ArgumentError, ImportError) as exc:
+        raise ConfigurationError(
+            f"cannot use database URL {redact_url(url)}: {exc}; PostgreSQL needs "
+            "`pip install taskq[postgres]`",
+            url=redact_url(url),
+        ) from None
+
+
+def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+
+
+def dialect_of(target: Session | Connection | Engine) -> str:
+    """Return ``postgresql``, ``sqlite``... for a session, connection or engine."""
+    if isinstance(target, Session):
+        return target.get_bind().dialect.name
+    return target.dialect.name
+
+
+def utcnow() -> datetime:
+    """The current time as an aware UTC datetime."""
+    return datetime.now(timezone.utc)
+
+
+def as_aware(value: datetime | None) -> datetime | None:
+    """SQLite returns naive datetimes; taskq always stores UTC, so attach it."""
+    if value is None or value.tzinfo is not None:
+        return value
+    return value.replace(tzinfo=timezone.utc)

@@ -1,0 +1,361 @@
+"""The envelope of a task and its AMQP form: wire protocol v1 (DESIGN §4, docs/PROTOCOL.md).
+
+:class:`Envelope` is what taskq code works with; :class:`WireMessage` is what travels: a
+body (see :mod:`taskq.codec`), a few AMQP properties and ``taskq-*`` headers. It stays
+broker-neutral: the publisher turns it into ``pika.BasicProperties`` (``delivery_mode=2``).
+:func:`encode` and :func:`decode` convert between the two and sit on the hot path, so they
+do a handful of dict operations and nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, NoReturn
+
+from taskq.codec import decode_body, encode_body
+from taskq.errors import ConfigurationError, DecodeError
+
+PROTOCOL_VERSION = 1
+CONTENT_TYPE = "application/x-msgpack"
+
+# Headers of every task message.
+TASKQ_VERSION = "taskq-v"
+TASK = "taskq-task"
+RETRIES = "taskq-retries"
+IDEMPOTENCY_KEY = "taskq-idempotency-key"
+ETA = "taskq-eta"
+
+# Headers a dead letter adds (see dead_letter_headers).
+ERROR_TYPE = "taskq-error-type"
+ERROR = "taskq-error"
+TRACEBACK = "taskq-traceback"
+ATTEMPTS = "taskq-attempts"
+FAILED_AT = "taskq-failed-at"
+ORIGIN_QUEUE = "taskq-origin-queue"
+
+# Set by RabbitMQ on each dead-lettering; never republished (DESIGN §6).
+X_DEATH = "x-death"
+_X_DEATH_PREFIXES = ("x-first-death-", "x-last-death-")
+
+ENVELOPE_HEADERS = frozenset({TASKQ_VERSION, TASK, RETRIES, IDEMPOTENCY_KEY, ETA})
+DEAD_LETTER_HEADERS = (ERROR_TYPE, ERROR, TRACEBACK, ATTEMPTS, FAILED_AT, ORIGIN_QUEUE)
+
+MAX_PRIORITY = 9
+# Error messages can be huge (a repr of a large object); headers must fit in one AMQP frame.
+ERROR_MAX_CHARS = 1000
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MILLISECOND = timedelta(milliseconds=1)
+
+
+@dataclass(frozen=True, slots=True)
+class WireMessage:
+    """One message as it goes over AMQP, independent of the client library.
+
+    Args:
+        body: The msgpack body.
+        message_id: The task id (AMQP ``message_id``).
+        headers: AMQP headers: ``taskq-*`` and any extra ones.
+        priority: AMQP priority, 0..9.
+        timestamp: AMQP timestamp, epoch seconds.
+        app_id: Name of the app that published the message.
+        content_type: ``application/x-msgpack`` for taskq messages.
+    """
+
+    body: bytes
+    message_id: str | None = None
+    headers: dict[str, Any] = field(default_factory=dict)
+    priority: int | None = None
+    timestamp: int | None = None
+    app_id: str | None = None
+    content_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """One task call: what to run, with which arguments, and its delivery metadata.
+
+    Args:
+        task_id: Unique id of this call (a UUID string); the AMQP ``message_id``.
+        task: Registered task name.
+        args: Positional arguments.
+        kwargs: Keyword arguments.
+        priority: 0 (lowest) to 9.
+        retries: Retries already done; 0 on the first run.
+        idempotency_key: Key recorded once the task succeeded; ``None`` means the task id.
+            :func:`decode` always fills it in.
+        eta: Aware datetime before which the task must not run, or ``None``.
+        timestamp: Epoch seconds when the call was made; :func:`encode` uses the current
+            time when ``None``.
+        app_id: Name of the publishing app.
+        headers: Extra application headers, carried unchanged.
+    """
+
+    task_id: str
+    task: str
+    args: list[Any] = field(default_factory=list)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    priority: int = 0
+    retries: int = 0
+    idempotency_key: str | None = None
+    eta: datetime | None = None
+    timestamp: int | None = None
+    app_id: str | None = None
+    headers: dict[str, Any] = field(default_factory=dict)
+
+
+# -- encode -----------------------------------------------------------------------------------
+
+
+def encode(envelope: Envelope) -> WireMessage:
+    """Turn an envelope into the message to publish.
+
+    Extra headers are copied, minus RabbitMQ's ``x-death`` family: a republished message must
+    not carry them (RabbitMQ before 4.0.1 drops messages whose ``x-death`` shows a cycle).
+
+    Args:
+        envelope: The task call.
+
+    Returns:
+        The wire message, with ``content_type`` set and ``timestamp`` filled in.
+
+    Raises:
+        ConfigurationError: The priority is not an int in 0..9, ``eta`` is naive, or an extra
+            header uses a name taskq reserves.
+        SerializationError: An argument cannot be encoded (nothing must be published).
+    """
+    priority = envelope.priority
+    if priority.__class__ is not int or not 0 <= priority <= MAX_PRIORITY:
+        raise ConfigurationError(
+            f"task {envelope.task!r}: priority must be an int from 0 to {MAX_PRIORITY}, "
+            f"got {priority!r}",
+            task=envelope.task,
+            task_id=envelope.task_id,
+        )
+    body = encode_body(envelope.args, envelope.kwargs, task=envelope.task)
+    headers = _extra_headers(envelope) if envelope.headers else {}
+    headers[TASKQ_VERSION] = PROTOCOL_VERSION
+    headers[TASK] = envelope.task
+    headers[RETRIES] = envelope.retries
+    headers[IDEMPOTENCY_KEY] = envelope.idempotency_key or envelope.task_id
+    if envelope.eta is not None:
+        headers[ETA] = _eta_ms(envelope)
+    timestamp = envelope.timestamp
+    # Positional (field order) because keywords cost a measurable share of this hot path.
+    return WireMessage(
+        body,
+        envelope.task_id,
+        headers,
+        priority,
+        int(time.time()) if timestamp is None else timestamp,
+        envelope.app_id,
+        CONTENT_TYPE,
+    )
+
+
+def _extra_headers(envelope: Envelope) -> dict[str, Any]:
+    reserved = ENVELOPE_HEADERS.intersection(envelope.headers)
+    if reserved:
+        raise ConfigurationError(
+            f"task {envelope.task!r}: header {sorted(reserved)[0]!r} is reserved by taskq; "
+            "give the extra header another name",
+            task=envelope.task,
+            task_id=envelope.task_id,
+        )
+    return strip_x_death(envelope.headers)
+
+
+def _eta_ms(envelope: Envelope) -> int:
+    eta = envelope.eta
+    if eta is None or eta.utcoffset() is None:
+        raise ConfigurationError(
+            f"task {envelope.task!r}: eta {eta!r} is a naive datetime; pass an aware one, "
+            "e.g. datetime.now(timezone.utc) + timedelta(minutes=5)",
+            task=envelope.task,
+            task_id=envelope.task_id,
+        )
+    return (eta - _EPOCH) // _MILLISECOND
+
+
+# -- decode -----------------------------------------------------------------------------------
+
+
+def decode(wire: WireMessage) -> Envelope:
+    """Read a received message back into an envelope.
+
+    A missing ``taskq-retries`` means 0 and a missing ``taskq-idempotency-key`` means the task
+    id. Unknown headers (including ``x-death``) land in ``Envelope.headers``. A priority above
+    9 is read as 9, as RabbitMQ itself treats priorities above a queue's maximum.
+
+    Args:
+        wire: The message as received.
+
+    Returns:
+        The envelope.
+
+    Raises:
+        DecodeError: The message is not a taskq v1 message or is malformed; ``reason`` says
+            why in words, ``task_id`` and ``task`` are set when they could be read.
+    """
+    task_id = wire.message_id
+    extra = dict(wire.headers) if wire.headers else {}
+    # pop() reads each envelope header and leaves exactly the extra ones behind.
+    version = extra.pop(TASKQ_VERSION, None)
+    task = extra.pop(TASK, None)
+    retries = extra.pop(RETRIES, 0)
+    key = extra.pop(IDEMPOTENCY_KEY, None)
+    eta_ms = extra.pop(ETA, None)
+    if version.__class__ is not int or version != PROTOCOL_VERSION:
+        _reject_version(version, task_id)
+    if task.__class__ is not str or not task:
+        _reject(f"header {TASK} is {_describe(task)}, expected the task name", task_id, None)
+    if task_id.__class__ is not str or not task_id:
+        _reject("the message_id property (the task id) is missing", None, task)
+    if retries.__class__ is not int or retries < 0:
+        _reject(f"header {RETRIES} is {_describe(retries)}, expected an int >= 0", task_id, task)
+    if key is None:
+        key = task_id
+    elif key.__class__ is not str:
+        _reject(f"header {IDEMPOTENCY_KEY} is {_describe(key)}, expected a str", task_id, task)
+    if wire.content_type not in (CONTENT_TYPE, None):
+        _reject(f"content type is {wire.content_type!r}, expected {CONTENT_TYPE!r}", task_id, task)
+    try:
+        args, kwargs = decode_body(wire.body)
+    except DecodeError as exc:
+        # Same error, now naming the message and the task.
+        _reject(getattr(exc, "reason", str(exc)), task_id, task)
+    priority = wire.priority or 0
+    eta = None if eta_ms is None else _eta_from_ms(eta_ms, task_id, task)
+    # Positional (field order) because keywords cost a measurable share of this hot path.
+    return Envelope(
+        task_id,
+        task,
+        args,
+        kwargs,
+        priority if priority <= MAX_PRIORITY else MAX_PRIORITY,
+        retries,
+        key,
+        eta,
+        wire.timestamp,
+        wire.app_id,
+        extra,
+    )
+
+
+def _eta_from_ms(eta_ms: Any, task_id: str, task: str) -> datetime:
+    if eta_ms.__class__ is int:
+        try:
+            return _EPOCH + eta_ms * _MILLISECOND
+        except OverflowError:
+            pass
+    _reject(f"header {ETA} is {_describe(eta_ms)}, expected epoch milliseconds", task_id, task)
+
+
+def _reject_version(version: Any, task_id: str | None) -> NoReturn:
+    if version is None:
+        reason = f"header {TASKQ_VERSION} is missing: not a taskq message"
+    else:
+        reason = (
+            f"unsupported protocol version {version!r} in header {TASKQ_VERSION}; "
+            f"this worker reads version {PROTOCOL_VERSION}"
+        )
+    _reject(reason, task_id, None)
+
+
+def _reject(reason: str, task_id: str | None, task: str | None) -> NoReturn:
+    raise DecodeError(
+        f"message {task_id or '(no id)'} cannot be decoded: {reason}",
+        reason=reason,
+        task_id=task_id,
+        task=task,
+    )
+
+
+def _describe(value: Any) -> str:
+    if value is None:
+        return "missing"
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"{text} ({type(value).__name__})"
+
+
+# -- dead letters and republishing ----------------------------------------------------------
+
+
+def strip_x_death(headers: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Copy headers without ``x-death``, ``x-first-death-*`` and ``x-last-death-*``.
+
+    Use it for every republish (retry, delay hop, replay): RabbitMQ before 4.0.1 silently
+    drops a message whose ``x-death`` shows a dead-letter cycle.
+
+    Args:
+        headers: AMQP headers, or ``None``.
+
+    Returns:
+        A new dict.
+    """
+    if not headers:
+        return {}
+    return {
+        name: value
+        for name, value in headers.items()
+        if name != X_DEATH and not name.startswith(_X_DEATH_PREFIXES)
+    }
+
+
+def dead_letter_headers(
+    headers: Mapping[str, Any] | None,
+    *,
+    error_type: str,
+    error: str,
+    traceback: str | None,
+    attempts: int,
+    origin_queue: str,
+    traceback_max_chars: int,
+    failed_at: datetime | None = None,
+) -> dict[str, Any]:
+    """Headers for the copy of a failed message published to ``Q.dlq``.
+
+    Args:
+        headers: The failed message's headers (copied, minus the ``x-death`` family).
+        error_type: Exception class name, or a reason such as ``DecodeError``.
+        error: Error message; cut to ``ERROR_MAX_CHARS``.
+        traceback: Traceback text, or ``None``; cut to ``traceback_max_chars``, keeping its
+            end, where the raising line is.
+        attempts: How many times the task ran (or the message was delivered).
+        origin_queue: The work queue the message came from.
+        traceback_max_chars: Longest traceback kept (setting ``traceback_max_chars``).
+        failed_at: When it failed (aware; a naive value is taken as UTC); ``None`` is now.
+
+    Returns:
+        A new dict of headers.
+    """
+    result = strip_x_death(headers)
+    result[ERROR_TYPE] = error_type
+    result[ERROR] = error if len(error) <= ERROR_MAX_CHARS else error[: ERROR_MAX_CHARS - 3] + "..."
+    result[TRACEBACK] = _keep_end(traceback or "", traceback_max_chars)
+    result[ATTEMPTS] = attempts
+    result[FAILED_AT] = _epoch_ms(failed_at)
+    result[ORIGIN_QUEUE] = origin_queue
+    return result
+
+
+def _keep_end(text: str, max_chars: int) -> str:
+    if len(text) <= max_chars:
+        return text
+    marker = f"[... start truncated, {len(text)} characters in all ...]\n"
+    if len(marker) >= max_chars:
+        return text[len(text) - max(max_chars, 0) :]
+    return marker + text[len(text) - (max_chars - len(marker)) :]
+
+
+def _epoch_ms(at: datetime | None) -> int:
+    if at is None:
+        return time.time_ns() // 1_000_000
+    if at.utcoffset() is None:
+        # Never fail while dead-lettering: a naive value is most likely utcnow().
+        at = at.replace(tzinfo=timezone.utc)
+    return (at - _EPOCH) // _MILLISECOND

@@ -1,0 +1,1 @@
+"""The transactional outbox: enqueue in the caller's transaction, relay to the broker."""

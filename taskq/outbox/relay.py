@@ -1,0 +1,274 @@
+"""OutboxRelay: claim due rows, publish them with pipelined confirms, delete what was confirmed.
+
+One batch is one database transaction on PostgreSQL: the claimed rows stay locked
+(``FOR UPDATE SKIP LOCKED``) while they are published, so several relays never publish the
+same row in normal operation, and a relay that dies mid-batch releases its rows to the next
+one. The worst case is a row published and not deleted (a crash between the broker's
+confirm and the commit): it is published again, and the idempotency key in its headers lets
+the worker skip the second run. Nothing is deleted before the broker confirmed it.
+
+On SQLite (one relay at a time) the rows are read, published, then deleted in a second short
+transaction, so producers' commits are never blocked for the length of a publish.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Protocol
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from taskq.broker.publisher import Publisher
+from taskq.db import utcnow
+from taskq.errors import BrokerError, PublishError
+from taskq.message import CONTENT_TYPE, WireMessage
+from taskq.outbox.store import NOTIFY_CHANNEL, OutboxRow, OutboxStore
+
+logger = logging.getLogger(__name__)
+
+MIN_PAUSE_S = 0.02
+
+
+class Waker(Protocol):
+    """Blocks an idle relay until rows may be waiting."""
+
+    def wait(self, timeout_s: float) -> None:
+        """Return when woken or after ``timeout_s`` seconds."""
+
+    def close(self) -> None:
+        """Release resources."""
+
+
+class EventWaker:
+    """Waits on an in-process event (set by this process's commits) or the poll timeout."""
+
+    def __init__(self, event: threading.Event | None = None) -> None:
+        self.event = event or threading.Event()
+
+    def wait(self, timeout_s: float) -> None:
+        """Return when the event is set or after ``timeout_s``."""
+        if self.event.wait(timeout_s):
+            self.event.clear()
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+class PostgresWaker:
+    """LISTENs on the outbox channel; producers NOTIFY inside their transactions."""
+
+    def __init__(self, engine: Engine) -> None:
+        import psycopg
+
+        url = engine.url.set(drivername="postgresql")
+        self._conn = psycopg.connect(url.render_as_string(hide_password=False), autocommit=True)
+        self._conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+
+    def wait(self, timeout_s: float) -> None:
+        """Return at the first notification (draining any burst) or after ``timeout_s``."""
+        for _ in self._conn.notifies(timeout=timeout_s, stop_after=1):
+            pass
+
+    def close(self) -> None:
+        """Close the LISTEN connection."""
+        try:
+            self._conn.close()
+        except Exception:  # best effort at shutdown
+            logger.debug("error closing LISTEN connection", exc_info=True)
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    """Knobs of one relay (defaults come from Settings)."""
+
+    batch_size: int = 200
+    poll_interval_s: float = 1.0
+    retry_base_s: float = 0.5
+    retry_max_s: float = 60.0
+
+
+class OutboxRelay:
+    """Moves committed outbox rows to the broker.
+
+    Args:
+        engine: Engine of the database holding ``taskq_outbox``.
+        publisher: Publishes with confirms; used only from the relay's thread.
+        exchange: The exchange tasks are published to.
+        app_id: AMQP ``app_id`` of relayed messages.
+        config: Batch size, poll interval and backoff bounds.
+        clock: Returns the current aware UTC time (injected by tests).
+    """
+
+    def __init__(
+        self,
+        engine: Engine,
+        publisher: Publisher,
+        *,
+        exchange: str,
+        app_id: str,
+        config: RelayConfig | None = None,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.engine = engine
+        self.publisher = publisher
+        self.exchange = exchange
+        self.app_id = app_id
+        self.config = config or RelayConfig()
+        self.clock = clock
+        self.store = OutboxStore()
+        self.published_total = 0
+        self._broker_down_since: float | None = None
+        self._failures = 0
+        self._is_postgres = engine.dialect.name == "postgresql"
+
+    # -- one batch ---------------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """Publish one batch of due rows; return how many were confirmed and deleted.
+
+        Raises:
+            BrokerError: the broker could not be reached; no row was deleted.
+        """
+        if self._is_postgres:
+            with self.engine.begin() as conn:
+                rows = self.store.claim(conn, limit=self.config.batch_size, now=self.clock())
+                return self._publish_and_settle(conn, rows)
+        with self.engine.begin() as conn:
+            rows = self.store.claim(conn, limit=self.config.batch_size, now=self.clock())
+        if not rows:
+            return 0
+        with self.engine.begin() as conn:
+            return self._publish_and_settle(conn, rows)
+
+    def _publish_and_settle(self, conn: Connection, rows: list[OutboxRow]) -> int:
+        if not rows:
+            return 0
+        failed: dict[str, str] = {}
+        items = []
+        for row in rows:
+            if row.headers is None:
+                failed[row.id] = "the stored headers are not a msgpack map; fix or delete the row"
+            else:
+                items.append((self.exchange, row.queue, self._wire(row)))
+        if items:
+            failed.update(self._publish(items))
+        confirmed = [row.id for row in rows if row.id not in failed]
+        self.store.delete(conn, confirmed)
+        now = self.clock()
+        for row in rows:
+            if row.id in failed:
+                delay_s = self._row_backoff_s(row.attempts)
+                logger.warning(
+                    "outbox row %s (task %s, queue %s) was not published (attempt %d): %s; "
+                    "retrying in %.1fs",
+                    row.id, row.task, row.queue, row.attempts + 1, failed[row.id], delay_s,
+                )
+                self.store.defer(
+                    conn, row, next_attempt_at=now + timedelta(seconds=delay_s),
+                    error=failed[row.id],
+                )
+        self.published_total += len(confirmed)
+        return len(confirmed)
+
+    def _publish(self, items: list[tuple[str, str, WireMessage]]) -> dict[str, str]:
+        """Publish with pipelined confirms; return {message id: reason} of nacked rows.
+
+        A lost connection raises (the whole batch stays in the outbox); a per-message nack
+        only marks that row.
+        """
+        try:
+            self.publisher.publish_many(items)
+        except PublishError as exc:
+            if getattr(exc, "reason", None) not in ("nack", "returned"):
+                raise  # the broker is unreachable or stalled: keep the whole batch
+            reason = f"not confirmed by RabbitMQ ({exc.reason})"  # type: ignore[attr-defined]
+            return {str(i): reason for i in getattr(exc, "unconfirmed_ids", [])}
+        return {}
+
+    def _wire(self, row: OutboxRow) -> WireMessage:
+        return WireMessage(
+            body=row.body,
+            message_id=row.id,
+            headers=row.headers or {},
+            priority=row.priority,
+            timestamp=int(row.created_at.timestamp()),
+            app_id=self.app_id,
+            content_type=CONTENT_TYPE,
+        )
+
+    def _row_backoff_s(self, attempts: int) -> float:
+        base = min(self.config.retry_max_s, self.config.retry_base_s * 2.0**attempts)
+        return float(base * random.uniform(0.5, 1.0))
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def run(self, should_stop: Callable[[], bool], waker: Waker | None = None) -> None:
+        """Relay until ``should_stop()`` is true; back off while the broker is down."""
+        waker = waker or self._default_waker()
+        logger.info("outbox relay started (batch %d)", self.config.batch_size)
+        try:
+            while not should_stop():
+                pause_s = self.step()
+                if pause_s > 0 and not should_stop():
+                    waker.wait(pause_s)
+        finally:
+            waker.close()
+            logger.info("outbox relay stopped; %d rows published", self.published_total)
+
+    def step(self) -> float:
+        """Run one batch; return how long to wait before the next (0 = go on at once)."""
+        try:
+            published = self.run_once()
+            pause_s = 0.0 if published >= self.config.batch_size else self._idle_wait_s()
+        except BrokerError as exc:
+            return self._broker_failed("cannot publish", exc)
+        except sa.exc.DBAPIError as exc:
+            return self._broker_failed("cannot reach the database", exc)
+        self._broker_recovered()
+        return pause_s
+
+    def _idle_wait_s(self) -> float:
+        with self.engine.connect() as conn:
+            due = self.store.next_due_at(conn)
+        if due is None:
+            return self.config.poll_interval_s
+        until_due = (due - self.clock()).total_seconds()
+        # Due rows left over mean another relay holds them (SKIP LOCKED): look again soon,
+        # without spinning.
+        return max(MIN_PAUSE_S, min(self.config.poll_interval_s, until_due))
+
+    def _broker_failed(self, what: str, exc: BaseException) -> float:
+        self._failures += 1
+        delay_s = min(self.config.retry_max_s, self.config.retry_base_s * 2.0**self._failures)
+        delay_s *= random.uniform(0.5, 1.0)
+        if self._broker_down_since is None:
+            self._broker_down_since = time.monotonic()
+            logger.warning(
+                "outbox relay %s (%s); rows stay in the outbox, retrying with "
+                "backoff up to %.0fs", what, exc, self.config.retry_max_s,
+            )
+        return delay_s
+
+    def _broker_recovered(self) -> None:
+        if self._broker_down_since is not None:
+            logger.warning(
+                "outbox relay publishing again after %.1fs",
+                time.monotonic() - self._broker_down_since,
+            )
+        self._broker_down_since = None
+        self._failures = 0
+
+    def _default_waker(self) -> Waker:
+        if self._is_postgres:
+            try:
+                return PostgresWaker(self.engine)
+            except Exception:
+                logger.warning("LISTEN unavailable; the relay polls", exc_info=True)
+        return EventWaker()

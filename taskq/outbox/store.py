@@ -1,0 +1,217 @@
+"""OutboxStore: the SQL of the ``taskq_outbox`` table.
+
+``add`` runs in the caller's transaction (an ORM ``Session`` or a Core ``Connection``) and
+never commits. ``claim`` takes a batch of due rows: on PostgreSQL with
+``FOR UPDATE SKIP LOCKED`` so several relays share the work without publishing a row twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgpack
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.orm import Session
+
+from taskq.db import as_aware, dialect_of, utcnow
+from taskq.errors import OutboxError
+from taskq.schema import outbox_table
+
+logger = logging.getLogger(__name__)
+
+# PostgreSQL channel the relay LISTENs on; NOTIFY is sent inside the producer's
+# transaction, so PostgreSQL delivers it only if (and when) that transaction commits.
+NOTIFY_CHANNEL = "taskq_outbox"
+
+
+@dataclass(frozen=True, slots=True)
+class OutboxRow:
+    """One task waiting in the outbox."""
+
+    id: str
+    queue: str
+    task: str
+    body: bytes
+    headers: dict[str, Any] | None  # None: the stored headers could not be decoded
+    priority: int
+    eta: datetime | None
+    idempotency_key: str | None
+    created_at: datetime
+    attempts: int = 0
+    next_attempt_at: datetime | None = None
+    last_error: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """How much waits in the outbox: rows, the oldest row's age, rows marked failing."""
+
+    rows: int
+    oldest_created_at: datetime | None
+    failing_rows: int
+
+    def oldest_age_s(self, now: datetime | None = None) -> float:
+        """Age of the oldest row in seconds (0 when empty)."""
+        if self.oldest_created_at is None:
+            return 0.0
+        return max(0.0, ((now or utcnow()) - self.oldest_created_at).total_seconds())
+
+
+class OutboxStore:
+    """Reads and writes ``taskq_outbox`` rows."""
+
+    def __init__(self) -> None:
+        self._notified: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._last_created_at: datetime | None = None
+
+    def add(self, target: Session | Connection, row: OutboxRow) -> bool:
+        """Insert ``row`` in ``target``'s current transaction; do not commit.
+
+        A row whose id or idempotency key is already in the outbox is skipped.
+
+        Returns:
+            ``True`` if the row was inserted, ``False`` if it was a duplicate.
+        """
+        dialect = dialect_of(target)
+        values = _row_values(row)
+        if dialect == "postgresql":
+            stmt: Any = postgresql.insert(outbox_table).values(values).on_conflict_do_nothing()
+        elif dialect == "sqlite":
+            stmt = sqlite.insert(outbox_table).values(values).on_conflict_do_nothing()
+        else:
+            stmt = outbox_table.insert().values(values)
+        result: Any = target.execute(stmt)
+        inserted = bool(result.rowcount != 0)
+        if inserted and dialect == "postgresql":
+            self._notify_once(target)
+        return inserted
+
+    def _notify_once(self, target: Session | Connection) -> None:
+        transaction = target.get_transaction()
+        if transaction is None or transaction in self._notified:
+            return
+        target.execute(sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, "")))
+        self._notified.add(transaction)
+
+    def claim(self, conn: Connection, *, limit: int, now: datetime) -> list[OutboxRow]:
+        """Return up to ``limit`` due rows, oldest first.
+
+        On PostgreSQL the rows stay locked (``SKIP LOCKED`` for other relays) until
+        ``conn``'s transaction ends, so claim, publish and delete belong in one transaction.
+        """
+        t = outbox_table
+        stmt = (
+            sa.select(t)
+            .where(t.c.next_attempt_at <= now)
+            .order_by(t.c.next_attempt_at, t.c.created_at)
+            .limit(limit)
+        )
+        if conn.dialect.name == "postgresql":
+            stmt = stmt.with_for_update(skip_locked=True)
+        return [_row_from_db(r) for r in conn.execute(stmt).mappings()]
+
+    def delete(self, conn: Connection, ids: list[str]) -> int:
+        """Delete the rows whose ids are given (they were confirmed by the broker)."""
+        if not ids:
+            return 0
+        return conn.execute(outbox_table.delete().where(outbox_table.c.id.in_(ids))).rowcount
+
+    def defer(
+        self,
+        conn: Connection,
+        row: OutboxRow,
+        *,
+        next_attempt_at: datetime,
+        error: str,
+    ) -> None:
+        """Record a failed publish of ``row`` and hold it until ``next_attempt_at``."""
+        conn.execute(
+            outbox_table.update()
+            .where(outbox_table.c.id == row.id)
+            .values(
+                attempts=outbox_table.c.attempts + 1,
+                next_attempt_at=next_attempt_at,
+                last_error=error[:2000],
+            )
+        )
+
+    def backlog(self, engine: Engine) -> Backlog:
+        """Count waiting rows and find the oldest (for ``taskq status`` and metrics)."""
+        t = outbox_table
+        stmt = sa.select(
+            sa.func.count(),
+            sa.func.min(t.c.created_at),
+            sa.func.count(t.c.last_error),
+        )
+        try:
+            with engine.connect() as conn:
+                count, oldest, failing = conn.execute(stmt).one()
+        except sa.exc.SQLAlchemyError as exc:
+            raise OutboxError(f"cannot read the outbox backlog: {exc}") from exc
+        return Backlog(int(count), as_aware(oldest), int(failing))
+
+    def next_due_at(self, conn: Connection) -> datetime | None:
+        """When the earliest row becomes due (lets an idle relay sleep exactly that long)."""
+        value = conn.execute(sa.select(sa.func.min(outbox_table.c.next_attempt_at))).scalar()
+        return as_aware(value)
+
+    def created_at(self) -> datetime:
+        """A creation time strictly after the previous one from this store.
+
+        Rows are relayed oldest first; within one process, two rows enqueued in the same
+        microsecond still keep their order.
+        """
+        now = utcnow()
+        last = self._last_created_at
+        if last is not None and now <= last:
+            now = last + timedelta(microseconds=1)
+        self._last_created_at = now
+        return now
+
+
+def _row_values(row: OutboxRow) -> dict[str, Any]:
+    return {
+        "id": row.id,
+        "queue": row.queue,
+        "task": row.task,
+        "body": row.body,
+        "headers": msgpack.packb(row.headers, use_bin_type=True),
+        "priority": row.priority,
+        "eta": row.eta,
+        "idempotency_key": row.idempotency_key,
+        "created_at": row.created_at,
+        "attempts": row.attempts,
+        "next_attempt_at": row.next_attempt_at or row.eta or row.created_at,
+        "last_error": row.last_error,
+    }
+
+
+def _row_from_db(r: Any) -> OutboxRow:
+    return OutboxRow(
+        id=r["id"],
+        queue=r["queue"],
+        task=r["task"],
+        body=bytes(r["body"]),
+        headers=_headers_from_db(r["headers"]),
+        priority=r["priority"],
+        eta=as_aware(r["eta"]),
+        idempotency_key=r["idempotency_key"],
+        created_at=as_aware(r["created_at"]),  # type: ignore[arg-type]
+        attempts=r["attempts"],
+        next_attempt_at=as_aware(r["next_attempt_at"]),
+        last_error=r["last_error"],
+    )
+
+
+def _headers_from_db(value: bytes) -> dict[str, Any] | None:
+    try:
+        headers = msgpack.unpackb(value, raw=False)
+    except Exception:  # a corrupt row must not stop the relay; it is marked, not published
+        return None
+    return headers if isinstance(headers, dict) else None

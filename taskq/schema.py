@@ -1,0 +1,67 @@
+"""``taskq.metadata``: the tables taskq keeps in the application's database (DESIGN §5).
+
+Add ``taskq.metadata`` to Alembic's ``target_metadata`` (it can be a list) so that
+autogenerate sees these tables, or create them with ``app.create_tables()`` /
+``taskq db create``.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    SmallInteger,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+#: Tasks enqueued inside a business transaction, waiting for the relay to publish them.
+outbox_table = Table(
+    "taskq_outbox",
+    metadata,
+    Column("id", String(36), primary_key=True, comment="task id, also the AMQP message_id"),
+    Column("queue", String(255), nullable=False),
+    Column("task", String(255), nullable=False),
+    Column("body", LargeBinary, nullable=False, comment="msgpack body, encoded at enqueue"),
+    Column("headers", LargeBinary, nullable=False, comment="msgpack map of AMQP headers"),
+    Column("priority", SmallInteger, nullable=False, default=0),
+    Column("eta", DateTime(timezone=True), nullable=True),
+    Column("idempotency_key", String(255), nullable=True, unique=True),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("next_attempt_at", DateTime(timezone=True), nullable=False),
+    Column("last_error", Text, nullable=True),
+)
+Index("ix_taskq_outbox_due", outbox_table.c.next_attempt_at, outbox_table.c.created_at)
+
+#: Idempotency keys of tasks that finished; a key present here means "already done".
+processed_table = Table(
+    "taskq_processed",
+    metadata,
+    Column("key", String(255), primary_key=True),
+    Column("task", String(255), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=False, index=True),
+)
+
+#: Task states and results, for tasks (or apps) that ask for them.
+results_table = Table(
+    "taskq_results",
+    metadata,
+    Column("task_id", String(36), primary_key=True),
+    Column("task", String(255), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("result", LargeBinary, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("traceback", Text, nullable=True),
+    Column("retries", Integer, nullable=False, default=0),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True, index=True),
+)

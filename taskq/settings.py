@@ -1,0 +1,213 @@
+"""Settings: the one home of every default.
+
+Precedence, lowest first:
+
+1. the defaults below;
+2. ``TASKQ_<SETTING>`` environment variables (``TASKQ_BROKER_URL``, ``TASKQ_PREFETCH_COUNT``...);
+3. values given in code (``App(..., prefetch_count=32)``, or what contrib reads from Flask or
+   Django configuration);
+4. command-line flags (``taskq worker --prefetch 64``).
+
+Units are in the names: ``_s`` is float seconds, ``_bytes`` a size. Unknown names and
+values of the wrong type raise :class:`~taskq.errors.ConfigurationError` when the App is
+built, never later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from taskq.errors import ConfigurationError
+
+ENV_PREFIX = "TASKQ_"
+_NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Validated, immutable configuration of one App.
+
+    Build it with :meth:`Settings.load`, which applies environment variables and overrides.
+    """
+
+    # Prefix of every exchange and queue taskq declares (DESIGN §3).
+    namespace: str = "taskq"
+    # AMQP URL of RabbitMQ; the password never appears in logs or errors.
+    broker_url: str = "amqp://guest:guest@localhost:5672/%2F"
+    # SQLAlchemy URL for the outbox, idempotency and result tables.
+    database_url: str = "sqlite:///taskq.sqlite3"
+    # Queue of tasks that do not name one.
+    default_queue: str = "default"
+    # x-max-priority of classic queues; message priorities are 0..9.
+    default_max_priority: int = 10
+    # Largest encoded body accepted at enqueue and by the worker.
+    max_message_size_bytes: int = 1024 * 1024
+    # How long a publish waits for the broker's confirm before PublishError.
+    publish_confirm_timeout_s: float = 10.0
+    # TCP connect and AMQP handshake timeout.
+    connect_timeout_s: float = 5.0
+    # AMQP heartbeat negotiated with the broker; the worker's I/O thread keeps it alive.
+    heartbeat_s: int = 60
+    # Give up on a connection the broker keeps blocked (memory or disk alarm) this long.
+    blocked_connection_timeout_s: float = 60.0
+    # Worker processes per `taskq worker`; 0 means one per CPU core.
+    worker_processes: int = 0
+    # Unacked messages each worker process may hold (basic_qos prefetch_count).
+    prefetch_count: int = 16
+    # Replace a worker process after it ran this many tasks; 0 means never.
+    max_tasks_per_child: int = 0
+    # Warm shutdown: how long running tasks may take to finish after SIGTERM.
+    shutdown_timeout_s: float = 30.0
+    # A message that killed its worker process this many times goes to Q.dlq.
+    max_process_deaths: int = 3
+    # The broker's consumer_timeout; tasks with a longer time limit are warned about.
+    consumer_timeout_s: float = 1800.0
+    # Longest traceback text kept in a dead letter's taskq-traceback header.
+    traceback_max_chars: int = 4000
+    # Upper bound of the exponential reconnect backoff.
+    reconnect_max_delay_s: float = 30.0
+    # Outbox rows the relay claims and publishes per transaction.
+    outbox_batch_size: int = 200
+    # Safety-net poll of an idle relay (PostgreSQL LISTEN/NOTIFY wakes it sooner).
+    outbox_poll_interval_s: float = 1.0
+    # Upper bound of the backoff of a row (or a broker) that keeps failing.
+    outbox_retry_max_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    @classmethod
+    def names(cls) -> frozenset[str]:
+        """Return the names of every setting."""
+        return frozenset(f.name for f in fields(cls))
+
+    @classmethod
+    def load(
+        cls,
+        overrides: Mapping[str, Any] | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+    ) -> Settings:
+        """Build settings from defaults, ``TASKQ_*`` variables and ``overrides``.
+
+        Args:
+            overrides: Values given in code; ``None`` values are ignored.
+            environ: The environment to read (``os.environ`` when omitted).
+
+        Raises:
+            ConfigurationError: an unknown name or a value that cannot be converted.
+        """
+        environ = os.environ if environ is None else environ
+        overrides = dict(overrides or {})
+        unknown = sorted(set(overrides) - cls.names())
+        if unknown:
+            raise ConfigurationError(
+                f"unknown taskq setting(s): {', '.join(unknown)}; "
+                f"known settings are: {', '.join(sorted(cls.names()))}",
+                settings=unknown,
+            )
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            raw = environ.get(ENV_PREFIX + field.name.upper())
+            if raw is not None and raw != "":
+                values[field.name] = _convert(field.name, raw, type(field.default))
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(**values)
+
+    def replace(self, **changes: Any) -> Settings:
+        """Return a copy with ``changes`` applied (``None`` values are ignored)."""
+        changes = {k: v for k, v in changes.items() if v is not None}
+        unknown = sorted(set(changes) - self.names())
+        if unknown:
+            raise ConfigurationError(f"unknown taskq setting(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **changes)
+
+    def __repr__(self) -> str:
+        parts = []
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if field.name.endswith("_url"):
+                value = redact_url(value)
+            parts.append(f"{field.name}={value!r}")
+        return f"Settings({', '.join(parts)})"
+
+
+def redact_url(url: str) -> str:
+    """Return ``url`` with its password replaced by ``***`` (for logs, errors and status)."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "<unparseable url>"
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+def _convert(name: str, raw: str, kind: type) -> Any:
+    try:
+        if kind is bool:
+            lowered = raw.strip().lower()
+            if lowered not in {"1", "0", "true", "false", "yes", "no", "on", "off"}:
+                raise ValueError(raw)
+            return lowered in {"1", "true", "yes", "on"}
+        if kind is int:
+            return int(raw)
+        if kind is float:
+            return float(raw)
+        return raw
+    except ValueError:
+        raise ConfigurationError(
+            f"environment variable {ENV_PREFIX}{name.upper()}={raw!r} is not a valid "
+            f"{kind.__name__}",
+            settings=[name],
+        ) from None
+
+
+def _validate(settings: Settings) -> None:
+    for field in fields(settings):
+        value = getattr(settings, field.name)
+        expected = type(field.default)
+        if expected is float and isinstance(value, int) and not isinstance(value, bool):
+            object.__setattr__(settings, field.name, float(value))
+            continue
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            raise ConfigurationError(
+                f"setting {field.name} must be {expected.__name__}, got {value!r}",
+                settings=[field.name],
+            )
+    if not _NAMESPACE_RE.match(settings.namespace):
+        raise ConfigurationError(
+            f"namespace {settings.namespace!r} may use only letters, digits, '_' and '-'"
+        )
+    if not 1 <= settings.default_max_priority <= 255:
+        raise ConfigurationError("default_max_priority must be between 1 and 255")
+    positive = (
+        "max_message_size_bytes",
+        "prefetch_count",
+        "max_process_deaths",
+        "heartbeat_s",
+        "outbox_batch_size",
+    )
+    for name in positive:
+        if getattr(settings, name) < 1:
+            raise ConfigurationError(f"setting {name} must be at least 1")
+    non_negative = (
+        "worker_processes",
+        "max_tasks_per_child",
+        "shutdown_timeout_s",
+        "publish_confirm_timeout_s",
+        "connect_timeout_s",
+        "outbox_poll_interval_s",
+        "outbox_retry_max_s",
+    )
+    for name in non_negative:
+        if getattr(settings, name) < 0:
+            raise ConfigurationError(f"setting {name} must not be negative")

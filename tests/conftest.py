@@ -1,0 +1,130 @@
+"""Shared fixtures: real services, a namespace per test, apps that clean up after themselves.
+
+A missing RabbitMQ or PostgreSQL is a loud failure saying how to start it, never a skip.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from taskq import App
+from taskq.broker import topology as topo
+
+logger = logging.getLogger(__name__)
+
+BROKER_URL = os.environ.get("TASKQ_TEST_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672/%2F")
+POSTGRES_URL = os.environ.get(
+    "TASKQ_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
+)
+
+_SERVICES = {
+    "RabbitMQ": (5672, "rabbitmq-server -detached (or: make services)"),
+    "PostgreSQL": (
+        5432,
+        "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start "
+        "(or: make services)",
+    ),
+}
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2):
+            return True
+    except OSError:
+        return False
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    missing = [
+        f"{name} does not answer on 127.0.0.1:{port}; start it with: {how}"
+        for name, (port, how) in _SERVICES.items()
+        if not _answers(port)
+    ]
+    if missing:
+        pytest.exit("\n".join(missing), returncode=3)
+
+
+@pytest.fixture(autouse=True)
+def _clean_taskq_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tests never inherit TASKQ_* settings from the developer's shell."""
+    for key in list(os.environ):
+        if key.startswith("TASKQ_") and not key.startswith("TASKQ_TEST_"):
+            monkeypatch.delenv(key)
+
+
+@pytest.fixture
+def namespace() -> str:
+    """A namespace (exchange prefix) no other test or run uses."""
+    return f"tq{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+def broker() -> Iterator[Any]:
+    """A :class:`tests.support.broker.BrokerAdmin` on the shared test broker."""
+    from tests.support.broker import BrokerAdmin
+
+    admin = BrokerAdmin(BROKER_URL)
+    try:
+        yield admin
+    finally:
+        admin.close()
+
+
+def delete_topology(app: App, extra_queues: tuple[str, ...] = ()) -> None:
+    """Delete every queue and exchange ``app`` may have declared (errors are logged)."""
+    from tests.support.broker import BrokerAdmin
+
+    admin = BrokerAdmin(BROKER_URL)
+    try:
+        ns = app.settings.namespace
+        for queue in {*app.queue_names(), *extra_queues}:
+            for name in (queue, topo.dlq_name(queue)):
+                _safely(admin.delete_queue, name)
+        _safely(admin.delete_queue, topo.unroutable_name(ns))
+        for exchange in (
+            topo.exchange_name(ns),
+            topo.dlx_name(ns),
+            topo.unroutable_name(ns),
+            topo.delayed_exchange_name(ns),
+        ):
+            _safely(admin.delete_exchange, exchange)
+    finally:
+        _safely(admin.close)
+
+
+def _safely(fn: Callable[..., Any], *args: Any) -> None:
+    try:
+        fn(*args)
+    except Exception:  # teardown must not hide the test's own result
+        logger.warning("teardown step %s%r failed", getattr(fn, "__name__", fn), args,
+                       exc_info=True)
+
+
+@pytest.fixture
+def make_app(namespace: str) -> Iterator[Callable[..., App]]:
+    """Factory of Apps in this test's namespace; their topology is deleted afterwards.
+
+    The default queue is ``<namespace>.default`` so that runs never share a queue.
+    """
+    apps: list[App] = []
+
+    def factory(name: str = "test", **settings: Any) -> App:
+        settings.setdefault("broker_url", BROKER_URL)
+        settings.setdefault("namespace", namespace)
+        settings.setdefault("default_queue", f"{namespace}.default")
+        app = App(name, **settings)
+        apps.append(app)
+        return app
+
+    yield factory
+    for app in apps:
+        _safely(app.close)
+        delete_topology(app)

@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import pytest
+
+from taskq import App, ConfigurationError
+from taskq.settings import Settings, redact_url
+
+
+def test_defaults_need_no_configuration() -> None:
+    settings = Settings.load(environ={})
+
+    assert settings.broker_url == "amqp://guest:guest@localhost:5672/%2F"
+    assert settings.database_url == "sqlite:///taskq.sqlite3"
+    assert settings.namespace == "taskq"
+    assert settings.max_message_size_bytes == 1024 * 1024
+
+
+def test_environment_fills_what_code_does_not_say() -> None:
+    environ = {
+        "TASKQ_BROKER_URL": "amqp://u:p@rabbit:5672/%2F",
+        "TASKQ_PREFETCH_COUNT": "64",
+        "TASKQ_SHUTDOWN_TIMEOUT_S": "2.5",
+    }
+
+    settings = Settings.load({"prefetch_count": 8}, environ=environ)
+
+    assert settings.broker_url == "amqp://u:p@rabbit:5672/%2F"
+    assert settings.prefetch_count == 8  # code wins over the environment
+    assert settings.shutdown_timeout_s == 2.5
+
+
+def test_app_kwargs_win_over_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TASKQ_BROKER_URL", "amqp://env-host/%2F")
+    monkeypatch.setenv("TASKQ_NAMESPACE", "fromenv")
+
+    app = App("shop", broker_url="amqp://code-host/%2F")
+
+    assert app.settings.broker_url == "amqp://code-host/%2F"
+    assert app.settings.namespace == "fromenv"
+
+
+def test_configure_applies_cli_overrides_last() -> None:
+    app = App("shop", prefetch_count=8)
+
+    app.configure(prefetch_count=100, worker_processes=None)
+
+    assert app.settings.prefetch_count == 100
+    assert app.settings.worker_processes == 0
+
+
+def test_unknown_setting_is_rejected_with_the_known_names() -> None:
+    with pytest.raises(ConfigurationError, match="unknown taskq setting.*prefetch"):
+        App("shop", prefech_count=3)
+
+
+def test_bad_environment_value_names_the_variable() -> None:
+    with pytest.raises(ConfigurationError, match="TASKQ_PREFETCH_COUNT='many'"):
+        Settings.load(environ={"TASKQ_PREFETCH_COUNT": "many"})
+
+
+@pytest.mark.parametrize(
+    ("changes", "fragment"),
+    [
+        ({"prefetch_count": 0}, "prefetch_count must be at least 1"),
+        ({"namespace": "a b"}, "namespace"),
+        ({"heartbeat_s": "10"}, "heartbeat_s must be int"),
+        ({"default_max_priority": 300}, "default_max_priority"),
+    ],
+)
+def test_invalid_values_are_rejected_when_the_app_is_built(
+    changes: dict[str, object], fragment: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=fragment):
+        Settings.load(changes, environ={})
+
+
+def test_password_never_in_repr() -> None:
+    settings = Settings.load(
+        {
+            "broker_url": "amqp://user:s3cret@rabbit:5672/%2F",
+            "database_url": "postgresql://db:hunter2@pg/app",
+        },
+        environ={},
+    )
+
+    text = repr(settings)
+
+    assert "s3cret" not in text and "hunter2" not in text
+    assert "amqp://user:***@rabbit:5672/%2F" in text
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("amqp://guest:guest@localhost:5672/%2F", "amqp://guest:***@localhost:5672/%2F"),
+        ("amqp://localhost/%2F", "amqp://localhost/%2F"),
+        ("postgresql+psycopg://u:p%40ss@h/db", "postgresql+psycopg://u:***@h/db"),
+    ],
+)
+def test_redact_url(url: str, expected: str) -> None:
+    assert redact_url(url) == expected
