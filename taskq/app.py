@@ -9,13 +9,25 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from datetime import timedelta
 from typing import Any, ParamSpec, TypeVar, overload
 
 from taskq.broker.publisher import Publisher
 from taskq.broker.topology import QueueOptions, Topology, validate_queue_name
-from taskq.errors import ConfigurationError, MessageTooLarge
-from taskq.message import Envelope, encode
+from taskq.delay import (
+    DelayBackend,
+    DelayDeclarer,
+    DelayedMessage,
+    build_backend,
+    choose_backend,
+    delay_ms_from_s,
+    due_item,
+    epoch_ms,
+    eta_ms_of,
+)
+from taskq.errors import BrokerConnectionError, ConfigurationError, MessageTooLarge, PublishError
+from taskq.message import Envelope, WireMessage, encode
 from taskq.registry import TaskRegistry
 from taskq.settings import Settings
 from taskq.task import Task, TaskOptions
@@ -61,6 +73,13 @@ class App:
         self._engine_pid = 0
         self._store: Any = None
         self._owned_publishers: list[Publisher] = []
+        # Delays: the backend kind is chosen once (it may ask the broker); backends are built
+        # per publisher (the app's, each relay's) and the declarer is shared.
+        self._delay_lock = threading.Lock()
+        self._delay_kind: str | None = None
+        self._delay_declarer: DelayDeclarer | None = None
+        self._delay: tuple[Publisher, DelayBackend] | None = None
+        self._owned_delays: list[DelayBackend] = []
         self.settings = Settings.load(
             {"broker_url": broker_url, "database_url": database_url, **settings}
         )
@@ -80,6 +99,7 @@ class App:
             self.settings = self.settings.replace(**changes)
             self._topology = self._build_topology()
             self._drop_publisher()
+            self._drop_delays(forget_choice=True)
 
     @property
     def topology(self) -> Topology:
@@ -197,20 +217,91 @@ class App:
             MessageTooLarge: the body exceeds ``max_message_size_bytes``.
             PublishError: the broker did not confirm the message.
         """
-        if queue not in self._validated_queues:
-            validate_queue_name(queue)
-            self._validated_queues.add(queue)
-        if envelope.eta is not None:
-            raise ConfigurationError(
-                f"task {envelope.task!r}: countdown/eta on a direct publish needs a delay "
-                "backend, which taskq does not have yet; enqueue it through the outbox "
-                "(apply_async(..., session=session)), whose relay holds it until it is due"
-            )
+        self._validate_queue(queue)
         wire = encode(envelope)
         self._check_size(envelope, queue, len(wire.body))
+        if envelope.eta is not None:
+            eta_ms = eta_ms_of(envelope.eta)
+            if eta_ms > epoch_ms():
+                self.publish_delayed_many([DelayedMessage(wire, queue, eta_ms)])
+                return
         self.publisher.publish(
             wire, exchange=self._topology.exchange, routing_key=queue, task=envelope.task
         )
+
+    def publish_delayed(
+        self, wire: WireMessage, *, queue: str, delay_s: float | timedelta
+    ) -> None:
+        """Publish an encoded message to be delivered to ``queue`` ``delay_s`` from now.
+
+        Returns once the broker confirmed it; the broker holds it until it is due (the delay
+        backend, see :mod:`taskq.delay`). ``x-death`` is dropped and ``taskq-eta`` set. A
+        delay of 0 publishes to the queue at once. The worker's retry path uses this.
+
+        Raises:
+            ConfigurationError: a negative or too long delay (nothing is published).
+            PublishError: the broker did not confirm the message.
+            TopologyError: a queue or delay tier exists with other arguments.
+        """
+        if isinstance(delay_s, timedelta):
+            delay_s = delay_s.total_seconds()
+        if isinstance(delay_s, (int, float)) and not isinstance(delay_s, bool) and delay_s < 0:
+            raise ConfigurationError(f"delay_s must be >= 0, not {delay_s!r}")
+        eta_ms = epoch_ms() + delay_ms_from_s(delay_s)
+        self.publish_delayed_many([DelayedMessage(wire, queue, eta_ms)])
+
+    def publish_delayed_many(self, messages: Sequence[DelayedMessage]) -> None:
+        """Publish encoded messages each to be delivered at its ``eta_ms``, with confirms.
+
+        Messages already due go straight to their queues; the others through the delay
+        backend (chosen on first use). Raises like :meth:`publish_delayed`; a
+        ``PublishError`` lists the ``unconfirmed_ids`` where known.
+        """
+        for message in messages:
+            self._validate_queue(message.queue)
+        now = epoch_ms()
+        due = [due_item(self._topology, m) for m in messages if m.eta_ms <= now]
+        later = [m for m in messages if m.eta_ms > now]
+        if len(due) == 1:
+            exchange, key, wire = due[0]
+            self.publisher.publish(wire, exchange=exchange, routing_key=key)
+        elif due:
+            self.publisher.publish_many(due)
+        if later:
+            # The backend reads the clock itself, after any connecting and declaring.
+            self.delay_backend.publish_many(later)
+
+    @property
+    def delay_backend(self) -> DelayBackend:
+        """This process's delay backend, publishing through :attr:`publisher`.
+
+        Chosen on first use from the ``delay_backend`` setting (``auto`` asks the broker
+        whether the delayed-message plugin is enabled) and logged.
+
+        Raises:
+            PublishError: the broker is unreachable, so ``auto`` cannot choose.
+            ConfigurationError: ``delay_backend='plugin'`` and the broker lacks the plugin.
+        """
+        publisher = self.publisher
+        current = self._delay
+        if current is not None and current[0] is publisher:
+            return current[1]
+        backend = self._new_delay_backend(publisher)
+        with self._delay_lock:
+            if self._delay is not None and self._delay[0] is publisher:
+                backend.close()
+                return self._delay[1]
+            self._delay = (publisher, backend)
+        return backend
+
+    @property
+    def delay_backend_name(self) -> str:
+        """``"plugin"`` or ``"tiers"``: the delay backend in use (chosen on first use).
+
+        Raises:
+            PublishError: the broker is unreachable, so ``auto`` cannot choose.
+        """
+        return self._chosen_delay_kind()
 
     def enqueue(self, session: Any, envelope: Envelope, queue: str) -> bool:
         """Add ``envelope`` to the outbox in ``session``'s transaction (no commit).
@@ -228,12 +319,18 @@ class App:
         """
         from taskq.outbox.store import OutboxRow
 
-        if queue not in self._validated_queues:
-            validate_queue_name(queue)
-            self._validated_queues.add(queue)
+        self._validate_queue(queue)
         wire = encode(envelope)
         self._check_size(envelope, queue, len(wire.body))
         store = self._outbox_store()
+        next_attempt_at = None
+        if envelope.eta is not None:
+            # Rows due beyond the horizon stay in the database until they are near due: a
+            # month-long delay never sits in RabbitMQ. The relay hands nearer ones to the
+            # delay backend.
+            next_attempt_at = envelope.eta - timedelta(
+                seconds=self.settings.outbox_delay_horizon_s
+            )
         row = OutboxRow(
             id=envelope.task_id,
             queue=queue,
@@ -244,6 +341,7 @@ class App:
             eta=envelope.eta,
             idempotency_key=envelope.idempotency_key,
             created_at=store.created_at(),
+            next_attempt_at=next_attempt_at,
         )
         try:
             return bool(store.add(session, row))
@@ -305,6 +403,7 @@ class App:
             exchange=self._topology.exchange,
             app_id=self.name,
             config=config,
+            delay=self._delay_factory(publisher),
         )
 
     def _outbox_store(self) -> Any:
@@ -321,11 +420,62 @@ class App:
             owned, self._owned_publishers = self._owned_publishers, []
             for publisher in owned:
                 publisher.close()
+            self._drop_delays(forget_choice=False)
             engine, self._engine = self._engine, None
             if engine is not None and self._engine_pid == os.getpid():
                 engine.dispose()
 
     # -- internals ---------------------------------------------------------------------------
+
+    def _validate_queue(self, queue: str) -> None:
+        if queue not in self._validated_queues:
+            validate_queue_name(queue)
+            self._validated_queues.add(queue)
+
+    def _chosen_delay_kind(self) -> str:
+        with self._delay_lock:
+            if self._delay_kind is None:
+                try:
+                    self._delay_kind = choose_backend(self.settings)
+                except BrokerConnectionError as exc:
+                    raise PublishError(
+                        f"{exc.message}; cannot choose the delay backend, so the delayed "
+                        "message was not published",
+                        reason="unreachable",
+                    ) from exc
+            return self._delay_kind
+
+    def _new_delay_backend(self, publisher: Publisher) -> DelayBackend:
+        kind = self._chosen_delay_kind()
+        with self._delay_lock:
+            if self._delay_declarer is None:
+                self._delay_declarer = DelayDeclarer(self.settings, self._topology)
+            declarer = self._delay_declarer
+        return build_backend(kind, self.settings, self._topology, publisher, declarer)
+
+    def _delay_factory(self, publisher: Publisher) -> Callable[[], DelayBackend]:
+        """A lazy backend for a relay's publisher: nothing is probed until a row needs it."""
+        built: list[DelayBackend] = []
+
+        def factory() -> DelayBackend:
+            if not built:
+                built.append(self._new_delay_backend(publisher))
+                self._owned_delays.append(built[0])
+            return built[0]
+
+        return factory
+
+    def _drop_delays(self, *, forget_choice: bool) -> None:
+        current, self._delay = self._delay, None
+        owned, self._owned_delays = self._owned_delays, []
+        if forget_choice:  # the settings changed: choose and declare again
+            self._delay_kind = None
+            self._delay_declarer = None
+        for backend in (*owned, *([current[1]] if current else [])):
+            try:
+                backend.close()
+            except Exception:  # closing is best effort; the connection may be gone
+                logger.debug("error closing a delay backend", exc_info=True)
 
     def _check_size(self, envelope: Envelope, queue: str, size_bytes: int) -> None:
         limit = self.settings.max_message_size_bytes

@@ -27,6 +27,8 @@ from taskq.errors import ConfigurationError
 
 ENV_PREFIX = "TASKQ_"
 _NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
+# The delayed-message plugin's limit (2**32 - 1 ms); the delay tiers hold longer.
+_MAX_DELAY_HORIZON_S = (2**32 - 1) / 1000
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,14 @@ class Settings:
     outbox_poll_interval_s: float = 1.0
     # Upper bound of the backoff of a row (or a broker) that keeps failing.
     outbox_retry_max_s: float = 60.0
+    # How delayed messages wait: "auto" (the delayed-message plugin when the broker has it
+    # enabled, else tiers), "plugin" or "tiers" (see taskq.delay and docs/delays.md).
+    delay_backend: str = "auto"
+    # Queue type of the delay tiers: "classic", or "quorum" to replicate delayed messages.
+    delay_tier_queue_type: str = "classic"
+    # Outbox rows due further ahead than this stay in the database; nearer ones are handed
+    # to the delay backend by the relay.
+    outbox_delay_horizon_s: float = 3600.0
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -187,6 +197,7 @@ def _validate(settings: Settings) -> None:
         raise ConfigurationError(
             f"namespace {settings.namespace!r} may use only letters, digits, '_' and '-'"
         )
+    _validate_delays(settings)
     if not 1 <= settings.default_max_priority <= 255:
         raise ConfigurationError("default_max_priority must be between 1 and 255")
     positive = (
@@ -207,7 +218,28 @@ def _validate(settings: Settings) -> None:
         "connect_timeout_s",
         "outbox_poll_interval_s",
         "outbox_retry_max_s",
+        "outbox_delay_horizon_s",
     )
     for name in non_negative:
         if getattr(settings, name) < 0:
             raise ConfigurationError(f"setting {name} must not be negative")
+
+
+def _validate_delays(settings: Settings) -> None:
+    if settings.delay_backend not in ("auto", "plugin", "tiers"):
+        raise ConfigurationError(
+            f"delay_backend must be 'auto', 'plugin' or 'tiers', not {settings.delay_backend!r}",
+            settings=["delay_backend"],
+        )
+    if settings.delay_tier_queue_type not in ("classic", "quorum"):
+        raise ConfigurationError(
+            "delay_tier_queue_type must be 'classic' or 'quorum', not "
+            f"{settings.delay_tier_queue_type!r}",
+            settings=["delay_tier_queue_type"],
+        )
+    if settings.outbox_delay_horizon_s > _MAX_DELAY_HORIZON_S:
+        raise ConfigurationError(
+            f"outbox_delay_horizon_s must be at most {_MAX_DELAY_HORIZON_S:.0f} (about 49 "
+            "days: the longest delay every delay backend holds)",
+            settings=["outbox_delay_horizon_s"],
+        )

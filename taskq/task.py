@@ -131,6 +131,10 @@ class Task(Generic[P, R]):
         sent and nothing is committed; the relay publishes the row once the caller commits,
         and never if it rolls back.
 
+        With ``countdown`` or ``eta`` the broker holds the message until it is due (the
+        app's delay backend, see :mod:`taskq.delay`); through the outbox, a row due further
+        ahead than ``outbox_delay_horizon_s`` stays in the table until it is that near.
+
         Args:
             args: Positional arguments of the task function.
             kwargs: Keyword arguments of the task function.
@@ -141,8 +145,8 @@ class Task(Generic[P, R]):
             session: Enqueue through the transactional outbox in this transaction.
             idempotency_key: Deduplication key; a second enqueue with the same key while
                 the first is still in the outbox is a no-op, and the worker runs a key once.
-            countdown: Run no earlier than this many seconds from now.
-            eta: Run no earlier than this aware datetime.
+            countdown: Run no earlier than this many seconds (or ``timedelta``) from now.
+            eta: Run no earlier than this aware datetime (sent as ``taskq-eta``, epoch ms).
 
         Returns:
             A handle whose ``id`` is the task id.
@@ -151,7 +155,8 @@ class Task(Generic[P, R]):
             SerializationError: an argument cannot be encoded (nothing is enqueued).
             MessageTooLarge: the encoded message exceeds ``max_message_size_bytes``.
             PublishError: the broker did not confirm the message (direct publish only).
-            ConfigurationError: invalid options (naive ``eta``, both countdown and eta...).
+            ConfigurationError: invalid options (naive ``eta``, both countdown and eta, a
+                delay longer than the delay backend holds...).
         """
         envelope = self.envelope(
             args,

@@ -96,6 +96,12 @@ def delete_topology(app: App, extra_queues: tuple[str, ...] = ()) -> None:
             topo.delayed_exchange_name(ns),
         ):
             _safely(admin.delete_exchange, exchange)
+        for queue_type in ("classic", "quorum"):  # delay tiers, when a test used them
+            if admin.exists(topo.delay_tier_name(ns, 0, queue_type)):
+                for level in range(topo.DELAY_TIER_LEVELS):
+                    name = topo.delay_tier_name(ns, level, queue_type)
+                    _safely(admin.delete_queue, name)
+                    _safely(admin.delete_exchange, name)
     finally:
         _safely(admin.close)
 

@@ -12,6 +12,11 @@ object                 declared as
                        quorum: ``x-delivery-limit``
 ``ns.dlx``             direct exchange, durable
 ``Q.dlq``              durable queue bound to ``ns.dlx`` with key ``Q``
+``ns.delayed``         ``x-delayed-message`` exchange (plugin backend); each ``Q`` bound
+                       with key ``Q``; no alternate exchange (see :mod:`taskq.delay`)
+``ns.delay.T.NN``      delay tier ``NN`` of queue type ``T``: a headers exchange (alternate
+                       exchange ``ns.unroutable``) and a queue with ``x-message-ttl`` of
+                       ``2**NN`` ms that dead-letters to tier ``NN-1`` (tier 00 to ``ns``)
 =====================  ==========================================================
 """
 
@@ -58,6 +63,21 @@ def delayed_exchange_name(namespace: str) -> str:
 def delay_tier_prefix(namespace: str) -> str:
     """Prefix of the plugin-free delay tier queues and exchanges."""
     return f"{namespace}.delay."
+
+
+def delay_tier_name(namespace: str, level: int, queue_type: str = "classic") -> str:
+    """The exchange and the queue of delay tier ``level`` (TTL ``2**level`` ms).
+
+    Classic and quorum tiers have different names, so that switching
+    ``delay_tier_queue_type`` never meets the old queues with other arguments, and the
+    messages already in the old tiers still walk down their own chain.
+    """
+    return f"{delay_tier_prefix(namespace)}{queue_type}.{level:02d}"
+
+
+def delay_level_header(level: int) -> str:
+    """The header that says whether a delayed message waits in tier ``level`` (1) or not (0)."""
+    return f"{DELAY_LEVEL_HEADER_PREFIX}{level:02d}"
 
 
 @dataclass(frozen=True)
@@ -210,6 +230,126 @@ def queue_declarations(
     )
 
 
+# -- delays (DESIGN §6; see taskq.delay for how messages walk the tiers) -------------------
+
+# Tier N holds messages for 2**N ms. 36 tiers reach 2**36 - 1 ms (about 795 days): more than
+# the 30 days asked, and more than the plugin's limit, so that longer plugin delays have a way.
+DELAY_TIER_LEVELS = 36
+DELAY_TIERS_MAX_MS = 2**DELAY_TIER_LEVELS - 1
+# The delayed-message plugin delivers an x-delay above 2**32 - 1 ms at once (its timer limit).
+DELAY_PLUGIN_MAX_MS = 2**32 - 1
+# Tier headers: matched by the tiers' headers exchanges, ignored by workers. They are routing
+# data rather than protocol headers, which is why they live here and not in taskq.message.
+DELAY_LEVEL_HEADER_PREFIX = "taskq-delay-level-"
+# Values of a tier header: wait in that tier, or pass it by. The headers exchanges compare
+# value and type class, so the bindings and the messages both use these ints.
+DELAY_LEVEL_WAIT = 1
+DELAY_LEVEL_PASS = 0
+
+
+@dataclass(frozen=True)
+class HeaderBindingSpec:
+    """Bind ``destination`` to the headers exchange ``source`` for messages matching ``arguments``.
+
+    ``destination`` is an exchange (an exchange-to-exchange binding) when ``to_exchange``.
+    """
+
+    source: str
+    destination: str
+    arguments: dict[str, Any]
+    to_exchange: bool = False
+
+
+@dataclass(frozen=True)
+class DelayTierDeclarations:
+    """The delay tiers: exchanges and queues, then the headers bindings between them."""
+
+    declarations: Declarations
+    header_bindings: tuple[HeaderBindingSpec, ...]
+
+
+def delay_tier_queue_arguments(namespace: str, level: int, queue_type: str) -> dict[str, Any]:
+    """``x-*`` arguments of tier ``level``: fixed TTL, dead-letter to the next tier down.
+
+    No ``x-dead-letter-routing-key``: a dead-lettered message keeps its routing key, which is
+    the destination queue all the way down, and tier 00 dead-letters to the app's exchange.
+    """
+    if level:
+        onward = delay_tier_name(namespace, level - 1, queue_type)
+    else:
+        onward = exchange_name(namespace)
+    arguments: dict[str, Any] = {
+        "x-message-ttl": 2**level,
+        "x-dead-letter-exchange": onward,
+    }
+    if queue_type == "quorum":
+        # At-most-once (the default) drops a message if the next hop is unavailable at the
+        # moment it expires; at-least-once needs reject-publish overflow (RabbitMQ 3.10+).
+        arguments["x-queue-type"] = "quorum"
+        arguments["x-dead-letter-strategy"] = "at-least-once"
+        arguments["x-overflow"] = "reject-publish"
+    return arguments
+
+
+def delay_tier_declarations(
+    namespace: str, queue_type: str = "classic"
+) -> DelayTierDeclarations:
+    """Every delay tier of ``queue_type``, from the longest down.
+
+    Tier ``N``'s exchange routes a message whose header ``delay_level_header(N)`` is 1 to its
+    queue, and one whose header is 0 straight on to tier ``N-1``'s exchange (tier 00's to the
+    app's exchange). A message without the header matches nothing and is parked in
+    ``ns.unroutable`` by the alternate exchange instead of vanishing.
+    """
+    if queue_type not in ("classic", "quorum"):
+        raise ConfigurationError(
+            f"delay tier queue type must be 'classic' or 'quorum', not {queue_type!r}"
+        )
+    unroutable = unroutable_name(namespace)
+    levels = range(DELAY_TIER_LEVELS - 1, -1, -1)
+    names = {level: delay_tier_name(namespace, level, queue_type) for level in levels}
+    bindings: list[HeaderBindingSpec] = []
+    for level in levels:
+        header = delay_level_header(level)
+        onward = names[level - 1] if level else exchange_name(namespace)
+        bindings.append(
+            HeaderBindingSpec(
+                names[level], names[level], {"x-match": "all", header: DELAY_LEVEL_WAIT}
+            )
+        )
+        bindings.append(
+            HeaderBindingSpec(
+                names[level], onward, {"x-match": "all", header: DELAY_LEVEL_PASS}, to_exchange=True
+            )
+        )
+    return DelayTierDeclarations(
+        Declarations(
+            exchanges=tuple(
+                ExchangeSpec(names[level], "headers", {"alternate-exchange": unroutable})
+                for level in levels
+            ),
+            queues=tuple(
+                QueueSpec(names[level], delay_tier_queue_arguments(namespace, level, queue_type))
+                for level in levels
+            ),
+        ),
+        tuple(bindings),
+    )
+
+
+def delayed_exchange_declarations(namespace: str, queue: str) -> Declarations:
+    """The plugin's ``x-delayed-message`` exchange and the binding of ``queue`` to it.
+
+    No alternate exchange: the plugin routes a message only when its delay is over, so an
+    alternate exchange would receive an immediate copy of every delayed message.
+    """
+    exchange = delayed_exchange_name(namespace)
+    return Declarations(
+        exchanges=(ExchangeSpec(exchange, "x-delayed-message", {"x-delayed-type": "direct"}),),
+        bindings=(BindingSpec(queue, exchange, queue),),
+    )
+
+
 @dataclass(frozen=True)
 class Topology:
     """The app's view of its broker objects: namespace plus per-queue options."""
@@ -249,3 +389,11 @@ class Topology:
             self.options(queue),
             default_max_priority=self.default_max_priority,
         )
+
+    def delay_tiers(self, queue_type: str = "classic") -> DelayTierDeclarations:
+        """Declarations of the plugin-free delay tiers of ``queue_type``."""
+        return delay_tier_declarations(self.namespace, queue_type)
+
+    def delayed_exchange(self, queue: str) -> Declarations:
+        """The plugin's delayed exchange and the binding of ``queue`` to it."""
+        return delayed_exchange_declarations(self.namespace, queue)

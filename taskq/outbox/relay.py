@@ -27,7 +27,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from taskq.broker.publisher import Publisher
 from taskq.db import utcnow
-from taskq.errors import BrokerError, PublishError
+from taskq.delay import DelayBackend, DelayedMessage, eta_ms_of
+from taskq.errors import BrokerError, ConfigurationError, PublishError
 from taskq.message import CONTENT_TYPE, WireMessage
 from taskq.outbox.store import NOTIFY_CHANNEL, OutboxRow, OutboxStore
 
@@ -104,6 +105,8 @@ class OutboxRelay:
         app_id: AMQP ``app_id`` of relayed messages.
         config: Batch size, poll interval and backoff bounds.
         clock: Returns the current aware UTC time (injected by tests).
+        delay: Returns the delay backend for rows whose eta is still ahead (called only when
+            such a row is claimed). Without one, such rows wait in the table until due.
     """
 
     def __init__(
@@ -115,6 +118,7 @@ class OutboxRelay:
         app_id: str,
         config: RelayConfig | None = None,
         clock: Callable[[], datetime] = utcnow,
+        delay: Callable[[], DelayBackend] | None = None,
     ) -> None:
         self.engine = engine
         self.publisher = publisher
@@ -122,6 +126,7 @@ class OutboxRelay:
         self.app_id = app_id
         self.config = config or RelayConfig()
         self.clock = clock
+        self.delay = delay
         self.store = OutboxStore()
         self.published_total = 0
         self._broker_down_since: float | None = None
@@ -150,18 +155,13 @@ class OutboxRelay:
     def _publish_and_settle(self, conn: Connection, rows: list[OutboxRow]) -> int:
         if not rows:
             return 0
-        failed: dict[str, str] = {}
-        items = []
-        for row in rows:
-            if row.headers is None:
-                failed[row.id] = "the stored headers are not a msgpack map; fix or delete the row"
-            else:
-                items.append((self.exchange, row.queue, self._wire(row)))
-        if items:
-            failed.update(self._publish(items))
-        confirmed = [row.id for row in rows if row.id not in failed]
-        self.store.delete(conn, confirmed)
         now = self.clock()
+        failed: dict[str, str] = {}
+        items, delayed, kept = self._sort(conn, rows, now, failed)
+        if items or delayed:
+            failed.update(self._publish(items, delayed))
+        confirmed = [row.id for row in rows if row.id not in failed and row.id not in kept]
+        self.store.delete(conn, confirmed)
         for row in rows:
             if row.id in failed:
                 delay_s = self._row_backoff_s(row.attempts)
@@ -177,14 +177,56 @@ class OutboxRelay:
         self.published_total += len(confirmed)
         return len(confirmed)
 
-    def _publish(self, items: list[tuple[str, str, WireMessage]]) -> dict[str, str]:
-        """Publish with pipelined confirms; return {message id: reason} of nacked rows.
+    def _sort(
+        self, conn: Connection, rows: list[OutboxRow], now: datetime, failed: dict[str, str]
+    ) -> tuple[list[tuple[str, str, WireMessage]], list[DelayedMessage], set[str]]:
+        """Split claimed rows: due ones to publish, ones to delay, ones kept in the table."""
+        items: list[tuple[str, str, WireMessage]] = []
+        delayed: list[DelayedMessage] = []
+        kept: set[str] = set()
+        for row in rows:
+            if row.headers is None:
+                failed[row.id] = "the stored headers are not a msgpack map; fix or delete the row"
+            elif row.eta is None or row.eta <= now:
+                items.append((self.exchange, row.queue, self._wire(row)))
+            elif self.delay is not None:
+                # Claimed within outbox_delay_horizon_s of its eta: from here the broker
+                # holds it (the delay backend), with its taskq-eta header.
+                delayed.append(DelayedMessage(self._wire(row), row.queue, eta_ms_of(row.eta)))
+            else:
+                self.store.reschedule(conn, row, next_attempt_at=row.eta)
+                kept.add(row.id)
+        return items, delayed, kept
 
-        A lost connection raises (the whole batch stays in the outbox); a per-message nack
-        only marks that row.
+    def _publish(
+        self,
+        items: list[tuple[str, str, WireMessage]],
+        delayed: list[DelayedMessage],
+    ) -> dict[str, str]:
+        """Publish due rows and delayed rows; return {message id: reason} of refused rows.
+
+        A lost connection raises (the whole batch stays in the outbox; rows confirmed before
+        it are published again: duplicates, never losses); a per-message nack only marks
+        that row.
         """
+        failed: dict[str, str] = {}
+        if items:
+            failed.update(self._confirmed(lambda: self.publisher.publish_many(items)))
+        if delayed and self.delay is not None:
+            # The backend measures each delay from the moment it publishes (the real clock,
+            # not self.clock: a relay's clock only decides which rows are due).
+            try:
+                backend = self.delay()
+                failed.update(self._confirmed(lambda: backend.publish_many(delayed)))
+            except ConfigurationError as exc:
+                # e.g. delay_backend='plugin' on a broker without it: mark the rows (their
+                # last_error says why) instead of stopping the relay.
+                failed.update(dict.fromkeys((str(m.wire.message_id) for m in delayed), str(exc)))
+        return failed
+
+    def _confirmed(self, publish: Callable[[], None]) -> dict[str, str]:
         try:
-            self.publisher.publish_many(items)
+            publish()
         except PublishError as exc:
             if getattr(exc, "reason", None) not in ("nack", "returned"):
                 raise  # the broker is unreachable or stalled: keep the whole batch

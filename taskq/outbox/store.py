@@ -86,8 +86,8 @@ class OutboxStore:
             stmt = sqlite.insert(outbox_table).values(values).on_conflict_do_nothing()
         else:
             stmt = outbox_table.insert().values(values)
-        result: Any = target.execute(stmt)
-        inserted = bool(result.rowcount != 0)
+        # RETURNING rather than rowcount, which psycopg reports as -1 for ON CONFLICT.
+        inserted = target.execute(stmt.returning(outbox_table.c.id)).first() is not None
         if inserted and dialect == "postgresql":
             self._notify_once(target)
         return inserted
@@ -139,6 +139,14 @@ class OutboxStore:
                 next_attempt_at=next_attempt_at,
                 last_error=error[:2000],
             )
+        )
+
+    def reschedule(self, conn: Connection, row: OutboxRow, *, next_attempt_at: datetime) -> None:
+        """Hold ``row`` until ``next_attempt_at`` without counting a failed attempt."""
+        conn.execute(
+            outbox_table.update()
+            .where(outbox_table.c.id == row.id)
+            .values(next_attempt_at=next_attempt_at)
         )
 
     def backlog(self, engine: Engine) -> Backlog:

@@ -110,6 +110,9 @@ def test_rows_keep_their_order_per_queue(shop: App, broker: Any) -> None:
 
 
 def test_countdown_holds_the_row_until_due(shop: App, broker: Any) -> None:
+    # Rows due further ahead than the horizon stay in the table (nearer ones go to the
+    # delay backend: tests/integration/test_outbox_delays.py).
+    shop.configure(outbox_delay_horizon_s=30)
     with Session(shop.engine) as session, session.begin():
         ship(shop).apply_async((1,), session=session, countdown=60)
     now = datetime.now(timezone.utc)

@@ -1,0 +1,312 @@
+"""Broker side of the delay backends: plugin probe, one-off declares, non-mandatory publishing.
+
+Used by :mod:`taskq.delay`, which decides *how* a message waits; this module only talks AMQP.
+
+- :func:`probe_delayed_message_plugin` asks the broker whether
+  ``rabbitmq_delayed_message_exchange`` is enabled. An exchange of an unknown type is a
+  *connection* error in AMQP 0-9-1 (``503 COMMAND_INVALID - unknown exchange type``): the
+  broker closes the whole connection, so the probe runs on a throwaway connection.
+- :func:`declare_now` declares on a short connection of its own. The
+  :class:`~taskq.broker.publisher.Publisher` declares a work queue only before a publish to
+  the app's exchange, and a delayed message enters through another exchange.
+- :class:`PluginPublisher` publishes to the plugin's exchange with confirms but *without*
+  ``mandatory``: the plugin returns every delayed message published with ``mandatory=True``
+  at once as unroutable (312 NO_ROUTE) and still delivers it later, so the
+  :class:`~taskq.broker.publisher.Publisher` (always mandatory) would report a failure for
+  a message that was taken, and a retry would duplicate it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+
+import pika
+import pika.exceptions
+
+from taskq.broker._confirm_channel import ConfirmChannel, ConfirmTimeout
+from taskq.broker.connection import declare, open_connection
+from taskq.broker.publisher import _properties
+from taskq.broker.topology import Declarations, HeaderBindingSpec
+from taskq.errors import BrokerConnectionError, PublishError
+from taskq.message import WireMessage
+from taskq.settings import Settings, redact_url
+
+logger = logging.getLogger(__name__)
+
+PublishItem = tuple[str, str, WireMessage]
+
+# RabbitMQ's answer to exchange.declare with a type no plugin provides (a connection error).
+_COMMAND_INVALID = 503
+_PROBE_TYPE = "x-delayed-message"
+
+
+class _ExpectedProbeClose(logging.Filter):
+    """Drops pika's ERROR about the connection the probe expects the broker to close.
+
+    pika logs every broker-initiated close at ERROR ("Unexpected connection close
+    detected"); for the probe on a broker without the plugin that close *is* the answer.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        args = record.args if isinstance(record.args, tuple) else ()
+        error = args[0] if args else None
+        return not (
+            isinstance(error, pika.exceptions.ConnectionClosedByBroker)
+            and error.reply_code == _COMMAND_INVALID
+            and _PROBE_TYPE in str(error.reply_text)
+        )
+
+
+_probe_filter = _ExpectedProbeClose()
+
+
+def probe_delayed_message_plugin(settings: Settings) -> bool | None:
+    """Whether the broker has ``rabbitmq_delayed_message_exchange`` enabled.
+
+    Declares (and deletes) a throwaway ``x-delayed-message`` exchange on a connection of its
+    own, because an unknown exchange type closes the connection it was declared on.
+
+    Returns:
+        ``True`` (enabled), ``False`` (the broker does not know the exchange type) or
+        ``None`` (the broker refused for another reason, e.g. no configure permission).
+
+    Raises:
+        BrokerConnectionError: the broker is unreachable.
+    """
+    connection = open_connection(settings, client_name="taskq delay probe")
+    name = f"{settings.namespace}.delay-probe.{uuid.uuid4().hex[:12]}"
+    # Installed once, on first use (never at import); adding the same filter is a no-op.
+    logging.getLogger("pika.adapters.blocking_connection").addFilter(_probe_filter)
+    try:
+        channel = connection.channel()
+        channel.exchange_declare(
+            name,
+            exchange_type=_PROBE_TYPE,
+            durable=False,
+            auto_delete=True,
+            arguments={"x-delayed-type": "direct"},
+        )
+        channel.exchange_delete(name)
+        return True
+    except pika.exceptions.ConnectionClosedByBroker as exc:
+        if exc.reply_code == _COMMAND_INVALID:
+            return False
+        logger.warning("delay plugin probe: the broker closed the connection: %s", exc)
+        return None
+    except pika.exceptions.ChannelClosedByBroker as exc:
+        logger.warning("delay plugin probe: the broker refused the declare: %s", exc)
+        return None
+    except pika.exceptions.AMQPError as exc:
+        raise BrokerConnectionError(
+            f"lost the connection to RabbitMQ at {redact_url(settings.broker_url)} while "
+            f"probing for the delayed-message plugin ({type(exc).__name__}: {exc})",
+            url=redact_url(settings.broker_url),
+        ) from exc
+    finally:
+        _close_quietly(connection)
+
+
+def declare_now(
+    settings: Settings,
+    declarations: Declarations,
+    header_bindings: Sequence[HeaderBindingSpec] = (),
+) -> None:
+    """Declare ``declarations`` and ``header_bindings`` idempotently on a short connection.
+
+    Raises:
+        BrokerConnectionError: the broker is unreachable or the connection was lost.
+        TopologyError: an object exists with other arguments.
+    """
+    connection = open_connection(settings, client_name="taskq declare")
+    try:
+        channel = declare(connection.channel(), declarations)
+        for binding in header_bindings:
+            if binding.to_exchange:
+                channel.exchange_bind(
+                    binding.destination, binding.source, arguments=binding.arguments
+                )
+            else:
+                channel.queue_bind(binding.destination, binding.source, arguments=binding.arguments)
+    except pika.exceptions.AMQPError as exc:
+        raise BrokerConnectionError(
+            f"declaring delay topology on RabbitMQ at {redact_url(settings.broker_url)} "
+            f"failed ({type(exc).__name__}: {exc})",
+            url=redact_url(settings.broker_url),
+        ) from exc
+    finally:
+        _close_quietly(connection)
+
+
+def _close_quietly(connection: pika.BlockingConnection) -> None:
+    try:
+        if connection.is_open:
+            connection.close()
+    except Exception:  # closing is best effort: the broker may have closed it first
+        logger.debug("error closing a short-lived broker connection", exc_info=True)
+
+
+class _NonMandatoryChannel(ConfirmChannel):
+    """A confirm channel whose publishes are not ``mandatory`` (see the module docstring)."""
+
+    def send(
+        self,
+        token: int,
+        exchange: str,
+        routing_key: str,
+        body: bytes,
+        properties: pika.BasicProperties,
+    ) -> None:
+        """Publish without ``mandatory`` and without waiting; the confirm settles ``token``."""
+        self._basic_publish(exchange, routing_key, body, properties, False)
+        self.tag += 1
+        self.pending[self.tag] = token
+
+
+class PluginPublisher:
+    """Confirmed, persistent, non-mandatory publishing to the delayed-message exchange.
+
+    One connection per process, opened on first use; thread-safe; fork-safe like
+    :class:`~taskq.broker.publisher.Publisher`. Before the first publish with a routing key it
+    declares what ``declarations_for(routing_key)`` returns (the delayed exchange, the work
+    queue and their binding). A lost connection or a confirm timeout is retried once on a new
+    connection (a duplicate is possible, a loss is not).
+
+    Args:
+        settings: Broker URL and timeouts.
+        declarations_for: What must exist before publishing with a routing key.
+        client_name: Shown in the management UI's connection list.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        declarations_for: Callable[[str], Declarations],
+        *,
+        client_name: str = "taskq delayed publisher",
+    ) -> None:
+        self._settings = settings
+        self._declarations_for = declarations_for
+        self._client_name = client_name
+        self._url = redact_url(settings.broker_url)
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._link: _NonMandatoryChannel | None = None
+
+    def publish_many(self, items: Sequence[PublishItem]) -> None:
+        """Publish ``(exchange, routing_key, wire)`` items and wait for every confirm.
+
+        Raises:
+            PublishError: not confirmed; ``reason`` is ``nack``, ``channel_error``,
+                ``unreachable`` or ``connection_lost``; ``unconfirmed_ids`` lists message ids.
+            TopologyError: the work queue or the exchange exists with other arguments.
+        """
+        if not items:
+            return
+        batch = [(exchange, key, wire.body, _properties(wire)) for exchange, key, wire in items]
+        ids = [wire.message_id for _, _, wire in items]
+        if self._pid != os.getpid():
+            self._forget_inherited()
+        with self._lock:
+            for attempt in (1, 2):
+                try:
+                    link = self._ready_link({key for _, key, _ in items})
+                    link.ids = ids
+                    for index, (exchange, key, body, properties) in enumerate(batch):
+                        link.send(index, exchange, key, body, properties)
+                    link.wait_settled(link.all_settled, self._settings.publish_confirm_timeout_s)
+                except pika.exceptions.ChannelClosedByBroker as exc:
+                    self._drop_link()
+                    raise self._error(f"the broker closed the channel ({exc})", "channel_error",
+                                      ids) from exc
+                except (pika.exceptions.AMQPError, OSError, ConfirmTimeout) as exc:
+                    self._drop_link()
+                    blocked = isinstance(exc, ConfirmTimeout) and exc.blocked
+                    if attempt == 1 and not blocked:
+                        logger.warning("delayed publish to %s failed (%s); publishing again",
+                                       self._url, exc)
+                        continue
+                    raise self._error(f"{type(exc).__name__}: {exc}", "connection_lost",
+                                      ids) from exc
+                nacked, link.nacked = link.nacked, []
+                if nacked:
+                    raise self._error("nacked by the broker", "nack", [ids[i] for i in nacked])
+                return
+
+    def prepare(self, routing_keys: set[str]) -> None:
+        """Connect and declare for ``routing_keys`` now (publish_many would do it first).
+
+        Raises:
+            PublishError: the broker is unreachable.
+            TopologyError: the work queue or the exchange exists with other arguments.
+        """
+        if self._pid != os.getpid():
+            self._forget_inherited()
+        with self._lock:
+            try:
+                self._ready_link(routing_keys)
+            except pika.exceptions.AMQPError as exc:
+                self._drop_link()
+                raise self._error(f"{type(exc).__name__}: {exc}", "connection_lost", []) from exc
+
+    def close(self) -> None:
+        """Close this process's connection (safe to call more than once)."""
+        if self._pid != os.getpid():
+            self._forget_inherited()
+            return
+        with self._lock:
+            link, self._link = self._link, None
+            if link is not None:
+                try:
+                    link.close()
+                except Exception:  # best effort: the broker may be gone
+                    logger.debug("error closing the delayed publisher", exc_info=True)
+
+    def _ready_link(self, routing_keys: set[str]) -> _NonMandatoryChannel:
+        link = self._link
+        if link is None or not link.is_usable:
+            self._drop_link()
+            try:
+                connection = open_connection(self._settings, client_name=self._client_name)
+            except BrokerConnectionError as exc:
+                raise PublishError(
+                    f"{exc.message}; the delayed message was not published",
+                    url=self._url,
+                    reason="unreachable",
+                ) from exc
+            try:
+                link = _NonMandatoryChannel(connection, wait_s=self._settings.connect_timeout_s)
+            except BaseException:
+                ConfirmChannel.abort_connection(connection)
+                raise
+            self._link = link
+        for key in sorted(routing_keys):
+            if ("", key) not in link.ready:
+                declare(link.channel, self._declarations_for(key))
+                link.ready.add(("", key))
+        return link
+
+    def _drop_link(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            link.abort()
+
+    def _forget_inherited(self) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            link.forget()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _error(self, what: str, reason: str, ids: Sequence[str | None]) -> PublishError:
+        shown = ", ".join(str(i) for i in ids[:20]) + (" ..." if len(ids) > 20 else "")
+        return PublishError(
+            f"delayed message(s) {shown} were not confirmed by RabbitMQ at {self._url} "
+            f"({what}); enqueue again, or through the outbox so that the relay retries",
+            url=self._url,
+            reason=reason,
+            unconfirmed_ids=list(ids),
+        )

@@ -1,0 +1,258 @@
+"""Delay backends against the real broker: one contract, run per backend (DESIGN §6).
+
+The plugin backend's run is skipped, with the reason, on a broker without
+``rabbitmq_delayed_message_exchange`` (like the test broker); the tier backends always run.
+Lateness is measured against each message's ``taskq-eta`` header by a consumer that records
+arrival times (tests.support.arrivals).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any, ClassVar
+
+import pytest
+
+from taskq import App, PublishError
+from taskq.broker import topology as topo
+from taskq.broker.delayed import declare_now, probe_delayed_message_plugin
+from taskq.delay import DelayedMessage, epoch_ms
+from taskq.message import CONTENT_TYPE, ETA, WireMessage
+from taskq.settings import Settings
+from tests.conftest import BROKER_URL
+from tests.support.arrivals import ArrivalRecorder
+from tests.support.waiting import wait_until
+
+# Late by less than this (docs/delays.md: measured p99 ~35 ms classic, ~50 ms quorum tiers).
+PRECISION_MS = 150
+
+_plugin_enabled: list[bool | None] = []
+
+
+def plugin_enabled() -> bool | None:
+    """Whether the test broker has the delayed-message plugin (probed once per session)."""
+    if not _plugin_enabled:
+        _plugin_enabled.append(probe_delayed_message_plugin(Settings(broker_url=BROKER_URL)))
+    return _plugin_enabled[0]
+
+
+def declare_queue(app: App, queue: str) -> None:
+    """Declare ``queue`` as the app would, so that a consumer can start before any publish."""
+    declare_now(app.settings, app.topology.base())
+    declare_now(app.settings, app.topology.for_queue(queue))
+
+
+def wire(message_id: str, headers: dict[str, Any] | None = None) -> WireMessage:
+    return WireMessage(b"\x82\xa4args\x90\xa6kwargs\x80", message_id, dict(headers or {}),
+                       content_type=CONTENT_TYPE)
+
+
+class DelayBackendContract:
+    """What every delay backend guarantees; subclasses choose the backend via ``settings``."""
+
+    settings: ClassVar[dict[str, Any]] = {}
+
+    @pytest.fixture
+    def app(self, make_app: Callable[..., App]) -> App:
+        app = make_app("delays", **self.settings)
+
+        @app.task(name="tick")
+        def tick(n: float) -> None:
+            return None
+
+        return app
+
+    @pytest.fixture
+    def queue(self, app: App) -> str:
+        return app.settings.default_queue
+
+    @pytest.fixture
+    def arrivals(self, app: App, queue: str) -> Iterator[ArrivalRecorder]:
+        declare_queue(app, queue)
+        recorder = ArrivalRecorder(BROKER_URL, queue).start()
+        yield recorder
+        recorder.stop()
+
+    def assert_held_by_broker(self, app: App, broker: Any, delay_ms: int) -> None:
+        """Backend-specific: the broker (not a process) holds a message of ``delay_ms``."""
+
+    @pytest.mark.parametrize(
+        "delays_s",
+        [
+            pytest.param((5.0, 2.0, 0.5), id="5-2-0.5s"),
+            pytest.param((13.0, 5.0, 2.0, 0.5), id="13-5-2-0.5s", marks=pytest.mark.slow),
+        ],
+    )
+    def test_published_in_reverse_they_arrive_in_delay_order_never_early(
+        self, app: App, arrivals: ArrivalRecorder, delays_s: tuple[float, ...]
+    ) -> None:
+        tick = app.registry.get("tick")
+
+        ids = [tick.apply_async((d,), countdown=d).id for d in delays_s]  # longest first
+
+        wait_until(lambda: len(arrivals.arrivals) == len(ids), timeout_s=max(delays_s) + 5,
+                   message=lambda: f"arrived: {arrivals.arrivals}")
+        assert arrivals.ids() == list(reversed(ids))
+        for arrival in arrivals.arrivals:
+            assert 0 <= arrival.late_ms < PRECISION_MS, arrival
+
+    def test_a_long_delay_does_not_hold_back_a_short_one(
+        self, app: App, arrivals: ArrivalRecorder
+    ) -> None:
+        tick = app.registry.get("tick")
+
+        long = tick.apply_async((60,), countdown=60).id
+        short = tick.apply_async((1,), countdown=1).id
+
+        wait_until(lambda: short in arrivals.by_id(), timeout_s=5)
+        assert 0 <= arrivals.by_id()[short].late_ms < PRECISION_MS
+        assert long not in arrivals.by_id()
+
+    def test_a_delayed_message_waits_in_the_broker_not_in_a_process(
+        self, app: App, queue: str, broker: Any
+    ) -> None:
+        # Given a delayed message published by an app that then goes away
+        declare_queue(app, queue)
+        result = app.registry.get("tick").apply_async((1,), countdown=1.0)
+        app.close()
+
+        # Then nothing is in (or unacked from) the work queue: the broker holds it
+        assert broker.depth(queue) == 0
+        self.assert_held_by_broker(app, broker, 1000)
+
+        # When a consumer that never saw the publisher starts, it gets the message on time
+        recorder = ArrivalRecorder(BROKER_URL, queue).start()
+        try:
+            wait_until(lambda: recorder.ids() == [result.id], timeout_s=5)
+            assert 0 <= recorder.arrivals[0].late_ms < PRECISION_MS
+        finally:
+            recorder.stop()
+
+    def test_a_message_for_a_queue_that_is_gone_lands_in_unroutable(
+        self, app: App, queue: str, broker: Any
+    ) -> None:
+        result = app.registry.get("tick").apply_async((1,), countdown=0.5)
+        broker.delete_queue(queue)  # gone before the message is due
+
+        unroutable = topo.unroutable_name(app.settings.namespace)
+        wait_until(lambda: broker.depth(unroutable) == 1, timeout_s=5)
+        [(_, properties, _)] = broker.get_all(unroutable)
+        assert properties.message_id == result.id
+        assert properties.headers[ETA] >= epoch_ms() - 1000
+
+    def test_publish_delayed_drops_x_death_and_sets_the_eta(
+        self, app: App, queue: str, arrivals: ArrivalRecorder
+    ) -> None:
+        # The worker's retry path: an encoded message that was dead-lettered before.
+        old = wire("retry-1", {"x-death": [{"queue": "old", "count": 3}], "trace": "t-1"})
+        before_ms = epoch_ms()
+
+        app.publish_delayed(old, queue=queue, delay_s=0.3)
+
+        wait_until(lambda: arrivals.ids() == ["retry-1"], timeout_s=5)
+        [arrival] = arrivals.arrivals
+        assert arrival.eta_ms is not None and arrival.eta_ms >= before_ms + 300
+        assert 0 <= arrival.late_ms < PRECISION_MS
+        assert arrival.headers["trace"] == "t-1"
+        deaths = arrival.headers.get("x-death") or []
+        assert all(death["queue"] != "old" for death in deaths)  # only the tiers' own hops
+
+    def test_a_batch_mixes_due_and_delayed_messages(
+        self, app: App, queue: str, arrivals: ArrivalRecorder
+    ) -> None:
+        now = epoch_ms()
+        batch = [
+            DelayedMessage(wire("later"), queue, now + 600),
+            DelayedMessage(wire("soon"), queue, now + 300),
+            DelayedMessage(wire("due"), queue, now - 1000),
+        ]
+
+        app.publish_delayed_many(batch)
+
+        wait_until(lambda: len(arrivals.arrivals) == 3, timeout_s=5)
+        assert arrivals.ids() == ["due", "soon", "later"]
+        for arrival in arrivals.arrivals:
+            assert arrival.late_ms >= 0, arrival
+        assert arrivals.by_id()["later"].late_ms < PRECISION_MS
+
+
+class TestClassicTierDelay(DelayBackendContract):
+    """The plugin-free backend on classic queues (works on any RabbitMQ)."""
+
+    settings: ClassVar[dict[str, Any]] = {"delay_backend": "tiers"}
+
+    def assert_held_by_broker(self, app: App, broker: Any, delay_ms: int) -> None:
+        entry = topo.delay_tier_name(app.settings.namespace, delay_ms.bit_length() - 1,
+                                     app.settings.delay_tier_queue_type)
+        assert broker.depth(entry) == 1
+
+    def test_thirty_days_wait_in_tier_31(self, app: App, broker: Any) -> None:
+        app.registry.get("tick").apply_async((1,), countdown=30 * 86400)
+
+        # 30 days = 2**31 + ... ms: the message enters at the 2**31 ms (24.9 days) tier.
+        self.assert_held_by_broker(app, broker, 30 * 86_400_000)
+
+
+class TestQuorumTierDelay(TestClassicTierDelay):
+    """The plugin-free backend on quorum queues (delayed messages replicated)."""
+
+    settings: ClassVar[dict[str, Any]] = {
+        "delay_backend": "tiers",
+        "delay_tier_queue_type": "quorum",
+    }
+
+
+@pytest.mark.plugin
+class TestPluginDelay(DelayBackendContract):
+    """The delayed-message plugin; skipped, with the reason, where the broker lacks it."""
+
+    settings: ClassVar[dict[str, Any]] = {"delay_backend": "plugin"}
+
+    @pytest.fixture(autouse=True)
+    def _needs_plugin(self) -> None:
+        if not plugin_enabled():
+            pytest.skip(
+                "rabbitmq_delayed_message_exchange is not enabled on the test broker "
+                f"({BROKER_URL.split('@')[-1]}); enable it (rabbitmq-plugins enable "
+                "rabbitmq_delayed_message_exchange) to run the plugin backend's contract"
+            )
+
+    def test_a_message_for_a_queue_that_is_gone_lands_in_unroutable(
+        self, app: App, queue: str, broker: Any
+    ) -> None:
+        pytest.skip(
+            "a documented cost of the plugin: its exchange cannot have an alternate exchange "
+            "(it would get an immediate copy of every message), so a message whose queue is "
+            "gone when it is due is dropped by the broker (docs/delays.md)"
+        )
+
+
+def test_auto_picks_what_the_broker_has_and_logs_it(
+    make_app: Callable[..., App], caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="taskq.delay")
+    app = make_app("delays")  # delay_backend="auto" is the default
+
+    expected = "plugin" if plugin_enabled() else "tiers"
+    assert app.delay_backend_name == expected
+    assert app.delay_backend.name == expected
+    assert f"delay backend: {expected} (auto: " in caplog.text
+    if not plugin_enabled():
+        assert "rabbitmq_delayed_message_exchange is not enabled" in caplog.text
+
+
+def test_a_delayed_publish_to_an_unreachable_broker_is_a_publish_error(
+    make_app: Callable[..., App],
+) -> None:
+    app = make_app("delays", broker_url="amqp://guest:guest@127.0.0.1:1/%2F",
+                   connect_timeout_s=1.0)
+
+    @app.task(name="tick")
+    def tick(n: float) -> None:
+        return None
+
+    with pytest.raises(PublishError) as caught:
+        tick.apply_async((1,), countdown=5)
+    assert caught.value.reason == "unreachable"  # type: ignore[attr-defined]
+    assert "guest:***@" in str(caught.value)

@@ -1,0 +1,106 @@
+"""Delays through the outbox: far etas stay in the table, near ones go to the delay backend."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from taskq import App
+from taskq.broker import topology as topo
+from taskq.db import as_aware
+from taskq.schema import outbox_table
+from tests.conftest import BROKER_URL
+from tests.support.arrivals import ArrivalRecorder
+from tests.support.waiting import wait_until
+
+PRECISION_MS = 150  # as in tests/contract/test_delay_backends.py
+
+
+def make_shop(make_app: Callable[..., App], database_url: str, **settings: Any) -> App:
+    app = make_app("shop", database_url=database_url, delay_backend="tiers", **settings)
+    app.create_tables()
+
+    @app.task(name="remind")
+    def remind(user_id: int) -> None:
+        return None
+
+    return app
+
+
+def rows(app: App) -> list[Any]:
+    with app.engine.connect() as conn:
+        return list(conn.execute(sa.select(outbox_table)).mappings())
+
+
+def tier_depth(app: App, broker: Any) -> int:
+    ns, kind = app.settings.namespace, app.settings.delay_tier_queue_type
+    return sum(
+        broker.depth(topo.delay_tier_name(ns, level, kind))
+        for level in range(topo.DELAY_TIER_LEVELS)
+    )
+
+
+def test_a_row_beyond_the_horizon_stays_in_the_table_until_near_due(
+    make_app: Callable[..., App], database_url: str, broker: Any
+) -> None:
+    app = make_shop(make_app, database_url, outbox_delay_horizon_s=60.0)
+    with Session(app.engine) as session, session.begin():
+        result = app.registry.get("remind").apply_async((1,), session=session, countdown=600)
+    [row] = rows(app)
+    assert as_aware(row["next_attempt_at"]) == as_aware(row["eta"]) - timedelta(seconds=60)
+    now = datetime.now(timezone.utc)
+    relay = app.relay()
+
+    # Far from due: nothing reaches RabbitMQ.
+    relay.clock = lambda: now + timedelta(seconds=500)
+    assert relay.run_once() == 0
+    assert [r["id"] for r in rows(app)] == [result.id]
+
+    # Within the horizon: handed to the delay tiers, not to the work queue.
+    relay.clock = lambda: now + timedelta(seconds=541)
+    assert relay.run_once() == 1
+    assert rows(app) == []
+    assert broker.depth(app.settings.default_queue) == 0
+    assert tier_depth(app, broker) == 1
+
+
+def test_a_row_inside_the_horizon_is_delayed_by_the_broker_and_arrives_at_its_eta(
+    make_app: Callable[..., App], tmp_path: Any
+) -> None:
+    app = make_shop(make_app, f"sqlite:///{tmp_path}/taskq.sqlite3")
+    queue = app.settings.default_queue
+    with Session(app.engine) as session, session.begin():
+        result = app.registry.get("remind").apply_async((1,), session=session, countdown=1.0)
+
+    assert app.relay().run_once() == 1  # published now, held by the broker
+    assert rows(app) == []
+
+    recorder = ArrivalRecorder(BROKER_URL, queue).start()
+    try:
+        wait_until(lambda: recorder.ids() == [result.id], timeout_s=5)
+        [arrival] = recorder.arrivals
+        assert 0 <= arrival.late_ms < PRECISION_MS
+        assert arrival.headers["taskq-task"] == "remind"
+    finally:
+        recorder.stop()
+
+
+def test_a_relay_without_a_delay_backend_keeps_near_rows_until_due(
+    make_app: Callable[..., App], tmp_path: Any, broker: Any
+) -> None:
+    from taskq.outbox.relay import OutboxRelay
+
+    app = make_shop(make_app, f"sqlite:///{tmp_path}/taskq.sqlite3")
+    with Session(app.engine) as session, session.begin():
+        app.registry.get("remind").apply_async((1,), session=session, countdown=30)
+    relay = OutboxRelay(app.engine, app.publisher, exchange=app.topology.exchange, app_id="shop")
+
+    assert relay.run_once() == 0
+
+    [row] = rows(app)
+    assert as_aware(row["next_attempt_at"]) == as_aware(row["eta"])
+    assert row["attempts"] == 0 and row["last_error"] is None
