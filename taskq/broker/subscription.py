@@ -255,12 +255,11 @@ class Subscription:
 
     def _connect(self, attempt: int) -> None:
         connection = open_connection(self._settings, client_name=self._client_name)
-        channel = connection.channel()
-        channel = declare(channel, self._topology.base())
-        for name in self._queues:
-            channel = declare(channel, self._topology.for_queue(name))
-        channel.basic_qos(prefetch_count=self._settings.prefetch_count)
-        channel.add_on_cancel_callback(self._on_broker_cancel)
+        try:
+            channel = self._prepare_channel(connection)
+        except BaseException:
+            _close_quietly(connection)
+            raise
         # Order matters (see settle()): publish the new connection, bump the generation,
         # then clear the flush flag and drain what the main thread queued meanwhile.
         self._connection, self._channel = connection, channel
@@ -277,6 +276,15 @@ class Subscription:
             "connected to the broker; consuming %s with prefetch %d",
             ", ".join(self._queues), self._settings.prefetch_count,
         )
+
+    def _prepare_channel(self, connection: pika.BlockingConnection) -> BlockingChannel:
+        channel = connection.channel()
+        channel = declare(channel, self._topology.base())
+        for name in self._queues:
+            channel = declare(channel, self._topology.for_queue(name))
+        channel.basic_qos(prefetch_count=self._settings.prefetch_count)
+        channel.add_on_cancel_callback(self._on_broker_cancel)
+        return channel
 
     def _serve(self) -> None:
         connection = self._connection
@@ -367,11 +375,16 @@ class Subscription:
 
     def _discard_connection(self) -> None:
         connection, self._channel = self._connection, None
-        if connection is not None and connection.is_open:
-            try:
-                connection.close()
-            except _RECOVERABLE:
-                logger.debug("error closing a failed connection", exc_info=True)
+        if connection is not None:
+            _close_quietly(connection)
+
+
+def _close_quietly(connection: pika.BlockingConnection) -> None:
+    if connection.is_open:
+        try:
+            connection.close()
+        except _RECOVERABLE:
+            logger.debug("error closing a failed connection", exc_info=True)
 
 
 def _nothing() -> None:

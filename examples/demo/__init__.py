@@ -1,0 +1,1 @@
+"""The `make demo` example: a shop that sends work to two queues."""

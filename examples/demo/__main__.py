@@ -1,0 +1,133 @@
+"""`python -m examples.demo`: enqueue a few hundred tasks, run a worker, show what ran where.
+
+Steps: purge the demo queues, enqueue tasks of mixed priority into two queues with
+publisher confirms, start ``taskq worker -c 3`` as a subprocess, show a progress line, stop
+the worker with SIGTERM (warm shutdown) and print a summary.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from examples.demo.tasks import EMAILS, ORDERS, app, charge_order, send_email
+from taskq.settings import redact_url
+
+TOTAL = 400
+PROCESSES = 3
+DEADLINE_S = 120.0
+
+
+def enqueue(total: int) -> float:
+    rng = random.Random(7)
+    started = time.perf_counter()
+    for seq in range(total):
+        priority = rng.choice([0, 0, 0, 1, 2, 5, 9])
+        if seq % 2:
+            charge_order.apply_async((seq, rng.randint(100, 90_000), priority, seq),
+                                     priority=priority)
+        else:
+            send_email.apply_async((seq, "order-confirmation", priority, seq),
+                                   priority=priority)
+    return time.perf_counter() - started
+
+
+def purge_demo_queues() -> None:
+    from taskq.broker.connection import declare, open_connection
+
+    connection = open_connection(app.settings, client_name="taskq-demo")
+    try:
+        channel = declare(connection.channel(), app.topology.base())
+        for queue in (ORDERS, EMAILS):
+            channel = declare(channel, app.topology.for_queue(queue))
+            channel.queue_purge(queue)
+    finally:
+        connection.close()
+
+
+def read_records(path: Path) -> list[list[str]]:
+    if not path.exists():
+        return []
+    return [line.split() for line in path.read_text().splitlines() if line]
+
+
+def show_progress(path: Path, worker: subprocess.Popen[bytes]) -> list[list[str]]:
+    started = time.monotonic()
+    records: list[list[str]] = []
+    while time.monotonic() - started < DEADLINE_S:
+        records = read_records(path)
+        elapsed = time.monotonic() - started
+        done = len(records)
+        bar = "#" * (30 * done // TOTAL)
+        sys.stdout.write(
+            f"\r  [{bar:<30}] {done}/{TOTAL} done, {done / max(elapsed, 1e-6):6.0f} tasks/s"
+        )
+        sys.stdout.flush()
+        if done >= TOTAL or worker.poll() is not None:
+            break
+        time.sleep(0.2)
+    sys.stdout.write("\n")
+    return records
+
+
+def summarise(records: list[list[str]]) -> None:
+    by_process: dict[str, collections.Counter[str]] = collections.defaultdict(
+        collections.Counter
+    )
+    for pid, queue, *_ in records:
+        by_process[pid][queue] += 1
+    print("\nWhat ran where:")
+    print(f"  {'process':>8}  {ORDERS:>12}  {EMAILS:>12}")
+    for pid, counts in sorted(by_process.items()):
+        print(f"  {pid:>8}  {counts[ORDERS]:>12}  {counts[EMAILS]:>12}")
+    for queue in (ORDERS, EMAILS):
+        ranks: dict[str, list[int]] = collections.defaultdict(list)
+        rows = sorted((r for r in records if r[1] == queue), key=lambda r: float(r[5]))
+        for rank, row in enumerate(rows):
+            ranks["high (9)" if row[3] == "9" else "low (0-2)" if int(row[3]) <= 2 else "mid"]\
+                .append(rank)
+        summary = ", ".join(
+            f"{label}: average position {sum(v) / len(v):.0f} of {len(rows)}"
+            for label, v in sorted(ranks.items()) if label != "mid"
+        )
+        print(f"  {queue}: {summary}")
+
+
+def main() -> int:
+    print(f"taskq demo: broker {redact_url(app.settings.broker_url)}")
+    record = Path(tempfile.mkdtemp(prefix="taskq-demo-")) / "runs.log"
+    os.environ["TASKQ_DEMO_RECORD"] = str(record)
+    purge_demo_queues()
+    elapsed = enqueue(TOTAL)
+    print(f"  enqueued {TOTAL} tasks into {ORDERS} and {EMAILS} with publisher confirms "
+          f"in {elapsed:.2f}s ({TOTAL / elapsed:.0f}/s)")
+    app.close()
+    root = str(Path(__file__).resolve().parents[2])
+    paths = [root, *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths))
+    command = [sys.executable, "-m", "taskq", "worker", "-A", "examples.demo.tasks:app",
+               "-Q", f"{ORDERS},{EMAILS}", "-c", str(PROCESSES), "--loglevel", "WARNING"]
+    print(f"  starting: taskq worker -A examples.demo.tasks:app -c {PROCESSES}")
+    worker = subprocess.Popen(command, env=env)
+    try:
+        records = show_progress(record, worker)
+    finally:
+        if worker.poll() is None:
+            worker.send_signal(signal.SIGTERM)
+        code = worker.wait(timeout=60)
+    summarise(records)
+    print(f"\n  worker stopped with exit code {code} after a warm shutdown (SIGTERM)")
+    ok = len(records) == TOTAL and code == 0
+    print("  demo " + ("finished: every task ran once." if ok else "FAILED: see above."))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

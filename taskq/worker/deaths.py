@@ -1,0 +1,104 @@
+"""The death ledger: which messages killed a worker process, and how.
+
+When a worker process dies holding a message, the broker redelivers that message -- possibly
+to a process that dies the same way. To break such a crash loop the supervisor records each
+death in a small state directory (one file per message id), and a worker process that gets a
+*redelivered* message looks it up there: after ``max_process_deaths`` deaths, or after a
+hard time-limit kill, the message goes to ``Q.dlq`` instead of running again.
+
+Counts live per supervisor (the directory is created at start and removed at exit): two
+``taskq worker`` commands on one queue each count only the deaths of their own processes, so
+a poison message may run up to ``max_process_deaths`` times per supervisor.
+
+File names are a hash of the message id, never the id itself, which comes from the network.
+Only the supervisor writes (atomically, via rename); worker processes read and delete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class DeathRecord:
+    """What the supervisor saw of a message's processes.
+
+    Args:
+        deaths: How many worker processes died while holding the message.
+        time_limit_s: Set when the last death was a hard time-limit kill: the limit.
+    """
+
+    deaths: int
+    time_limit_s: float | None = None
+
+
+class DeathLedger:
+    """Death records of one supervisor, kept as files in ``directory``.
+
+    Args:
+        directory: The supervisor's state directory (see :meth:`create`).
+    """
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+
+    @classmethod
+    def create(cls) -> DeathLedger:
+        """Make a fresh private state directory."""
+        return cls(tempfile.mkdtemp(prefix="taskq-worker-"))
+
+    def remove(self) -> None:
+        """Delete the state directory and every record in it."""
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+    def record_death(self, message_id: str, *, time_limit_s: float | None = None) -> DeathRecord:
+        """Count one more death for ``message_id`` (supervisor only).
+
+        Args:
+            message_id: The message the dead process held.
+            time_limit_s: The hard limit, when the supervisor killed it for running past it.
+
+        Returns:
+            The updated record.
+        """
+        previous = self.read(message_id)
+        record = DeathRecord(
+            deaths=(previous.deaths if previous else 0) + 1, time_limit_s=time_limit_s
+        )
+        path = self._path(message_id)
+        temporary = f"{path}.{os.getpid()}.tmp"
+        with open(temporary, "w", encoding="utf-8") as file:
+            json.dump({"deaths": record.deaths, "time_limit_s": record.time_limit_s}, file)
+        os.replace(temporary, path)
+        return record
+
+    def read(self, message_id: str) -> DeathRecord | None:
+        """Return the record of ``message_id``, or ``None`` if no process died holding it."""
+        try:
+            with open(self._path(message_id), encoding="utf-8") as file:
+                data = json.load(file)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            logger.warning("unreadable death record for message %s", message_id, exc_info=True)
+            return None
+        return DeathRecord(deaths=int(data["deaths"]), time_limit_s=data.get("time_limit_s"))
+
+    def forget(self, message_id: str) -> None:
+        """Drop the record of ``message_id`` (after it was dead-lettered)."""
+        try:
+            os.unlink(self._path(message_id))
+        except FileNotFoundError:
+            pass
+
+    def _path(self, message_id: str) -> str:
+        digest = hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()
+        return os.path.join(self.directory, digest[:32])

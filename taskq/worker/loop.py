@@ -1,0 +1,333 @@
+"""The consumer loop of one worker process: delivery -> checks -> execute -> one action.
+
+For each delivery, in order: size check, crash-loop check (redeliveries only), decode,
+registry lookup, execute, then exactly one outcome action: ack on success; otherwise publish
+a copy to the dead-letter exchange (confirmed) and *then* ack. If that publish fails the
+delivery is requeued rather than acked, so nothing is ever dropped silently.
+
+This is the hot path. Everything that can be is computed once in ``__init__`` (task plans,
+log-level checks, the size limit); per message there are no imports, no string formatting
+unless the log level is enabled, and no database calls.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from taskq.errors import DecodeError, TaskqError
+from taskq.message import RETRIES, TASK, WireMessage, dead_letter_headers, decode
+from taskq.worker.execution import Failed, Outcome, Rejected, Succeeded, execute
+
+if TYPE_CHECKING:
+    from taskq.app import App
+    from taskq.broker.subscription import Delivery, Subscription
+    from taskq.worker.deaths import DeathLedger
+    from taskq.worker.time_limits import Slot, SoftTimeLimit
+
+logger = logging.getLogger(__name__)
+
+# How long get() blocks before the loop looks at its flags again (stop, parent alive).
+_IDLE_POLL_S = 0.5
+# Pause before requeueing a message whose dead letter could not be published, so that a
+# broken dead-letter path does not turn into a hot redelivery loop.
+_DEAD_LETTER_RETRY_PAUSE_S = 1.0
+# Longest wait for the supervisor to record the death of a sibling that held a message.
+_DEATH_RECORD_WAIT_S = 2.0
+
+
+class _Plan(NamedTuple):
+    """What the loop needs of a task, looked up once per task name."""
+
+    fn: Any
+    soft_time_limit_s: float | None
+    time_limit_s: float | None
+
+
+class WorkerLoop:
+    """Runs deliveries from a :class:`~taskq.broker.subscription.Subscription`.
+
+    Args:
+        app: The app whose registry decides what may run.
+        subscription: Where deliveries come from and acks go.
+        slot: Shared with the supervisor: message in hand and hard deadline.
+        sibling_slots: The other worker processes' slots (read on redeliveries only).
+        ledger: The supervisor's death records (read on redeliveries only).
+        soft_limit: The process's SIGALRM timer for soft time limits.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        subscription: Subscription,
+        *,
+        slot: Slot,
+        ledger: DeathLedger,
+        soft_limit: SoftTimeLimit,
+        sibling_slots: Sequence[Slot] = (),
+    ) -> None:
+        settings = app.settings
+        self._app = app
+        self._subscription = subscription
+        self._slot = slot
+        self._sibling_slots = tuple(sibling_slots)
+        self._ledger = ledger
+        self._soft_limit = soft_limit
+        self._max_size = settings.max_message_size_bytes
+        self._max_tasks = settings.max_tasks_per_child
+        self._max_deaths = settings.max_process_deaths
+        self._traceback_max_chars = settings.traceback_max_chars
+        self._dlx = app.topology.dlx
+        self._plans = {task.name: _plan(task) for task in app.registry}
+        self._debug = logger.isEnabledFor(logging.DEBUG)
+        self._info = logger.isEnabledFor(logging.INFO)
+        self._parent_pid = os.getppid()
+        self.stop_requested = False
+        self.tasks_done = 0
+
+    def request_stop(self) -> None:
+        """Warm stop: finish the task in hand, then return. Safe in a signal handler."""
+        self.stop_requested = True
+        self._subscription.stop_consuming()
+
+    def run(self) -> None:
+        """Consume until asked to stop, ``max_tasks_per_child`` is reached or the parent dies.
+
+        Raises:
+            TopologyError: the queues cannot be declared as configured.
+        """
+        get, handle = self._subscription.get, self.handle
+        subscription, max_tasks = self._subscription, self._max_tasks
+        while not self.stop_requested:
+            delivery = get(_IDLE_POLL_S)
+            if delivery is None:
+                self._check_parent()
+                continue
+            if delivery.generation != subscription.generation:
+                # Its channel died; the broker already put the message back.
+                continue
+            handle(delivery)
+            if max_tasks and self.tasks_done >= max_tasks:
+                logger.info("ran %d tasks (max_tasks_per_child); recycling", self.tasks_done)
+                break
+
+    def handle(self, delivery: Delivery) -> None:
+        """Take one delivery to exactly one outcome action."""
+        message = delivery.message
+        if len(message.body) > self._max_size:
+            self._reject_oversized(delivery)
+            return
+        if delivery.is_redelivered and self._settle_dead_process(delivery):
+            return
+        try:
+            envelope = decode(message)
+        except DecodeError as exc:
+            self.dead_letter(delivery, "DecodeError", getattr(exc, "reason", str(exc)))
+            return
+        name = envelope.task
+        if self._debug:
+            logger.debug(
+                "task %s[%s] received from %s (redelivered=%s)",
+                name, envelope.task_id, delivery.queue, delivery.is_redelivered,
+            )
+        plan = self._plans.get(name) or self._lookup(name)
+        if plan is None:
+            self.dead_letter(
+                delivery, "TaskNotRegistered", f"task {name!r} is not registered in this worker"
+            )
+            return
+        if self._debug:
+            logger.debug("task %s[%s] from %s started", name, envelope.task_id, delivery.queue)
+        outcome = self._execute(plan, envelope.task_id, envelope.args, envelope.kwargs)
+        self.tasks_done += 1
+        if outcome.__class__ is Succeeded:
+            delivery.ack()
+            if self._info:
+                logger.info(
+                    "task %s[%s] from %s succeeded in %.3fs",
+                    name, envelope.task_id, delivery.queue, outcome.duration_s,
+                )
+            return
+        self._settle_failure(delivery, name, envelope.task_id, envelope.retries, outcome)
+
+    def _execute(
+        self, plan: _Plan, task_id: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> Outcome:
+        slot = self._slot
+        slot.message_id.value = task_id.encode()
+        if plan.time_limit_s is not None:
+            slot.time_limit_s.value = plan.time_limit_s
+            slot.deadline.value = time.monotonic() + plan.time_limit_s
+        outcome = execute(
+            plan.fn,
+            args,
+            kwargs,
+            soft_time_limit_s=plan.soft_time_limit_s,
+            soft_limit=self._soft_limit,
+        )
+        if plan.time_limit_s is not None:
+            slot.deadline.value = 0.0
+        slot.message_id.value = b""
+        return outcome
+
+    def _settle_failure(
+        self, delivery: Delivery, name: str, task_id: str, retries: int, outcome: Outcome
+    ) -> None:
+        if isinstance(outcome, Rejected):
+            logger.error(
+                "task %s[%s] from %s rejected itself: %s",
+                name, task_id, delivery.queue, outcome.reason,
+            )
+            self.dead_letter(delivery, "Reject", outcome.reason, attempts=retries + 1)
+            return
+        if isinstance(outcome, Failed):
+            logger.error(
+                "task %s[%s] from %s failed after %.3fs: %s: %s\n%s",
+                name, task_id, delivery.queue, outcome.duration_s,
+                outcome.exc_type, outcome.message, outcome.traceback.rstrip(),
+            )
+            self.dead_letter(
+                delivery, outcome.exc_type, outcome.message,
+                traceback=outcome.traceback, attempts=retries + 1,
+            )
+
+    def dead_letter(
+        self,
+        delivery: Delivery,
+        error_type: str,
+        error: str,
+        *,
+        traceback: str | None = None,
+        attempts: int | None = None,
+    ) -> bool:
+        """Publish a copy of the delivery to ``Q.dlq`` with the reason, then ack it.
+
+        Returns:
+            Whether it was dead-lettered; ``False`` means it was requeued instead, because
+            the dead letter could not be published.
+        """
+        message = delivery.message
+        task = message.headers.get(TASK)
+        task = task if isinstance(task, str) else None
+        shown = task or "(unknown task)"
+        copy = self._dead_letter_copy(delivery, error_type, error, traceback, attempts)
+        try:
+            self._app.publisher.publish(
+                copy, exchange=self._dlx, routing_key=delivery.queue, task=task
+            )
+        except TaskqError as exc:
+            logger.error(
+                "task %s[%s] from %s could not be dead-lettered (%s); returning it to the "
+                "queue", shown, message.message_id, delivery.queue, exc,
+            )
+            time.sleep(_DEAD_LETTER_RETRY_PAUSE_S)
+            delivery.reject(requeue=True)
+            return False
+        delivery.ack()
+        logger.error(
+            "task %s[%s] from %s dead-lettered: %s: %s",
+            shown, message.message_id, delivery.queue, error_type, error,
+        )
+        return True
+
+    def _dead_letter_copy(
+        self,
+        delivery: Delivery,
+        error_type: str,
+        error: str,
+        traceback: str | None,
+        attempts: int | None,
+    ) -> WireMessage:
+        """Same body and properties; headers without x-death, plus the taskq-error-* ones."""
+        message = delivery.message
+        headers = dead_letter_headers(
+            message.headers,
+            error_type=error_type,
+            error=error,
+            traceback=traceback,
+            attempts=_retries(message.headers) + 1 if attempts is None else attempts,
+            origin_queue=delivery.queue,
+            traceback_max_chars=self._traceback_max_chars,
+        )
+        return WireMessage(
+            message.body,
+            message.message_id,
+            headers,
+            message.priority,
+            message.timestamp,
+            message.app_id,
+            message.content_type,
+        )
+
+    def _reject_oversized(self, delivery: Delivery) -> None:
+        size = len(delivery.message.body)
+        self.dead_letter(
+            delivery,
+            "MessageTooLarge",
+            f"body of {size} bytes exceeds max_message_size_bytes={self._max_size}",
+        )
+
+    def _settle_dead_process(self, delivery: Delivery) -> bool:
+        """Dead-letter a redelivered message that killed its processes; ``True`` if done."""
+        message_id = delivery.message.message_id
+        if not message_id:
+            return False
+        self._await_death_record(message_id)
+        record = self._ledger.read(message_id)
+        if record is None:
+            return False
+        if record.time_limit_s is not None:
+            error_type = "TimeLimitExceeded"
+            error = (
+                f"the task ran past its hard time limit of {record.time_limit_s:g}s; "
+                "its worker process was killed"
+            )
+        elif record.deaths >= self._max_deaths:
+            error_type = "ProcessCrashLoop"
+            error = f"the message killed its worker process {record.deaths} times"
+        else:
+            return False
+        if self.dead_letter(delivery, error_type, error, attempts=record.deaths):
+            self._ledger.forget(message_id)
+        return True
+
+    def _await_death_record(self, message_id: str) -> None:
+        """Wait while a sibling's slot still holds the message (briefly, with a deadline).
+
+        When a process dies, the broker may redeliver its message to a sibling before the
+        supervisor has written the death to the ledger. The supervisor clears the dead
+        process's slot only after writing, so while a slot still holds this message id its
+        death is not counted yet. (A sibling that is alive and holds the same message -- its
+        channel was lost mid-task -- simply makes us wait out the deadline.)
+        """
+        encoded = message_id.encode()
+        deadline = time.monotonic() + _DEATH_RECORD_WAIT_S
+        while any(slot.message_id.value == encoded for slot in self._sibling_slots):
+            if time.monotonic() >= deadline:
+                return
+            time.sleep(0.01)
+
+    def _lookup(self, name: str) -> _Plan | None:
+        task = self._app.registry.lookup(name)
+        if task is None:
+            return None
+        plan = self._plans[name] = _plan(task)
+        return plan
+
+    def _check_parent(self) -> None:
+        if os.getppid() != self._parent_pid:
+            logger.warning("the supervisor process is gone; stopping")
+            self.request_stop()
+
+
+def _plan(task: Any) -> _Plan:
+    options = task.options
+    return _Plan(task.fn, options.soft_time_limit_s, options.time_limit_s)
+
+
+def _retries(headers: dict[str, Any]) -> int:
+    retries = headers.get(RETRIES, 0)
+    return retries if isinstance(retries, int) and retries >= 0 else 0

@@ -1,0 +1,200 @@
+"""A worker process: imports the app itself, opens its own connections, runs the loop.
+
+Worker processes are started with the multiprocessing *spawn* method: each is a fresh
+interpreter that imports the app from the same ``module:app`` string as the supervisor and
+applies the same command-line overrides, so no socket, lock or thread of the parent is ever
+inherited.
+
+Signals: SIGINT is ignored (Ctrl-C reaches the whole process group; the supervisor decides
+and forwards SIGTERM). The first SIGTERM is a warm stop: stop consuming, finish the task in
+hand, ack it, close. A second SIGTERM (a second or more later) exits at once; unacked messages
+return to the queue.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import logging
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from taskq.errors import ConfigurationError, TaskqError, TopologyError
+
+if TYPE_CHECKING:
+    from taskq.app import App
+    from taskq.worker.time_limits import Slot
+
+logger = logging.getLogger(__name__)
+
+# Exit codes of a worker process, read by the supervisor.
+EXIT_OK = 0
+# The app cannot be loaded or the topology conflicts: restarting cannot help.
+EXIT_FATAL = 78  # EX_CONFIG
+# Second SIGTERM: left without finishing the task in hand.
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+LOG_FORMAT = "%(asctime)s %(levelname)-7s %(processName)s[%(process)d] %(name)s: %(message)s"
+# Signals the supervisor blocks while starting a process; the child unblocks them once its
+# handlers are in place, so an early SIGTERM is delivered late rather than lost or fatal.
+STARTUP_BLOCKED_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})
+_PR_SET_PDEATHSIG = 1
+# A SIGTERM sooner than this after the first is the same request arriving twice: once sent
+# to the whole process group (`timeout`, systemd) and once forwarded by the supervisor.
+_DUPLICATE_SIGNAL_WINDOW_S = 1.0
+
+
+@dataclass(frozen=True)
+class ChildSpec:
+    """Everything a worker process needs to build itself (pickled to the child).
+
+    Args:
+        app_path: ``module:attribute`` of the App.
+        overrides: Settings given on the command line (they win over everything else).
+        queues: Work queues to consume.
+        index: Position of the process in the supervisor (1-based), for names and logs.
+        state_dir: The supervisor's death ledger directory.
+        loglevel: Logging level name.
+        supervisor_pid: The parent, to notice when it is gone.
+    """
+
+    app_path: str
+    overrides: dict[str, Any] = field(default_factory=dict)
+    queues: tuple[str, ...] = ()
+    index: int = 1
+    state_dir: str = ""
+    loglevel: str = "INFO"
+    supervisor_pid: int = 0
+
+
+def load_app(path: str) -> App:
+    """Import ``module:attribute`` (``module`` alone means ``module:app``) and return the App.
+
+    Raises:
+        ConfigurationError: the module cannot be imported or the attribute is not an App.
+    """
+    from taskq.app import App
+
+    module_name, _, attribute = path.partition(":")
+    attribute = attribute or "app"
+    if not module_name:
+        raise ConfigurationError(f"-A {path!r}: expected module:app, e.g. -A myproject.tasks:app")
+    try:
+        target: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigurationError(
+            f"cannot import module {module_name!r} given with -A {path!r}: {exc}; "
+            "is it on PYTHONPATH (run from the project directory)?"
+        ) from exc
+    except Exception as exc:  # the user's module raised while being imported
+        raise ConfigurationError(
+            f"importing module {module_name!r} given with -A {path!r} failed: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
+    for part in attribute.split("."):
+        target = getattr(target, part, None)
+    if not isinstance(target, App):
+        raise ConfigurationError(
+            f"-A {path!r}: {module_name}.{attribute} is {type(target).__name__}, "
+            "not a taskq.App"
+        )
+    return target
+
+
+def configure_logging(loglevel: str) -> None:
+    """Log to stderr with process name and pid, at ``loglevel``."""
+    logging.basicConfig(level=loglevel.upper(), format=LOG_FORMAT, force=True)
+    # pika logs every connection hiccup at ERROR, with tracebacks; taskq reports each one
+    # once in its own words, so pika's own account is kept for debugging sessions.
+    debugging = loglevel.upper() == "DEBUG"
+    logging.getLogger("pika").setLevel(logging.WARNING if debugging else logging.CRITICAL)
+
+
+def child_main(spec: ChildSpec, slots: list[Slot]) -> None:
+    """Entry point of a worker process; exits with one of the ``EXIT_*`` codes.
+
+    Args:
+        spec: What to run.
+        slots: The slots of every worker process position; ``slots[spec.index - 1]`` is
+            this process's own.
+    """
+    configure_logging(spec.loglevel)
+    _die_with_parent(spec.supervisor_pid)
+    try:
+        app = load_app(spec.app_path)
+        app.configure(**spec.overrides)
+    except TaskqError as exc:
+        logger.error("%s", exc)
+        sys.exit(EXIT_FATAL)
+    sys.exit(_serve(app, spec, slots))
+
+
+def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
+    from taskq.broker.subscription import Subscription
+    from taskq.worker.deaths import DeathLedger
+    from taskq.worker.loop import WorkerLoop
+    from taskq.worker.time_limits import SoftTimeLimit
+
+    subscription = Subscription(
+        app.settings, app.topology, spec.queues, client_name=f"taskq worker {spec.index}"
+    )
+    loop = WorkerLoop(
+        app,
+        subscription,
+        slot=slots[spec.index - 1],
+        sibling_slots=[slot for i, slot in enumerate(slots, 1) if i != spec.index],
+        ledger=DeathLedger(spec.state_dir),
+        soft_limit=SoftTimeLimit(),
+    )
+    _install_signal_handlers(loop)
+    code = EXIT_OK
+    subscription.start()
+    try:
+        loop.run()
+    except TopologyError as exc:
+        logger.error("%s", exc)
+        code = EXIT_FATAL
+    finally:
+        subscription.stop_consuming()
+        subscription.close()
+        app.close()
+    logger.debug("worker process %d exiting after %d tasks", spec.index, loop.tasks_done)
+    return code
+
+
+def _install_signal_handlers(loop: Any) -> None:
+    first_at = 0.0
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        nonlocal first_at
+        now = time.monotonic()
+        if not first_at:
+            first_at = now
+            loop.request_stop()
+        elif now - first_at >= _DUPLICATE_SIGNAL_WINDOW_S:
+            # Second signal: leave now; the broker requeues whatever we held unacked.
+            os._exit(EXIT_TERMINATED)
+        # else: the same request twice (sent to our group, then forwarded by the supervisor)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STARTUP_BLOCKED_SIGNALS)
+
+
+def _die_with_parent(supervisor_pid: int) -> None:
+    """Ask Linux for SIGTERM when the supervisor dies (warm stop instead of an orphan)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        logger.debug("prctl(PR_SET_PDEATHSIG) unavailable", exc_info=True)
+        return
+    if supervisor_pid and os.getppid() != supervisor_pid:
+        os.kill(os.getpid(), signal.SIGTERM)  # it died before prctl took effect

@@ -1,0 +1,357 @@
+"""The supervisor: the parent of ``taskq worker``; starts, watches and replaces processes.
+
+It declares the topology once (then closes that connection, so no child could inherit it),
+starts N worker processes with the *spawn* method and watches them every 100 ms:
+
+* a process that died is replaced at once (after a 1 s pause if it died within a second of
+  starting, so a broken environment does not spin); if it held a message, the death is
+  written to the :class:`~taskq.worker.deaths.DeathLedger` so that the redelivered message
+  is dead-lettered after ``max_process_deaths`` deaths instead of looping;
+* a process past its task's hard ``time_limit_s`` is killed (SIGKILL), recorded the same way
+  with reason ``TimeLimitExceeded``, and replaced;
+* a process that exits 0 after ``max_tasks_per_child`` tasks is recycled, not counted as dead.
+
+Signal handlers only set flags. First SIGTERM or SIGINT: warm shutdown -- SIGTERM to every
+process, which finishes its task in hand, acks it and exits 0. A second signal (at least a
+second after the first: a signal sent to the whole process group arrives twice at once), or
+``shutdown_timeout_s`` passing, SIGKILLs what is left: their unacked messages return to the
+queue. Exit status: 0 after a warm shutdown, 1 when processes had to be killed, 78 when a
+process reported a configuration error.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import multiprocessing.connection
+import os
+import signal
+import time
+from dataclasses import dataclass, replace
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from taskq.broker.connection import declare, open_connection
+from taskq.settings import redact_url
+from taskq.worker.deaths import DeathLedger
+from taskq.worker.process import (
+    EXIT_FATAL,
+    STARTUP_BLOCKED_SIGNALS,
+    ChildSpec,
+    child_main,
+)
+from taskq.worker.time_limits import Slot
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+    from taskq.app import App
+
+logger = logging.getLogger(__name__)
+
+EXIT_FORCED = 1
+# A repeated signal this soon after the first is the same request delivered twice (to the
+# process and to its group), not a second Ctrl-C.
+DUPLICATE_SIGNAL_WINDOW_S = 1.0
+# How often the watch loop wakes up when no process exits.
+_WATCH_INTERVAL_S = 0.1
+# A process that dies sooner than this after starting is restarted only after this long.
+_MIN_LIFETIME_S = 1.0
+
+
+@dataclass
+class _Child:
+    """One worker process position: its current process and shared slot."""
+
+    index: int
+    slot: Slot
+    process: BaseProcess | None = None
+    started_at: float = 0.0
+    restart_at: float = 0.0
+    killed_message_id: str | None = None
+    killed_time_limit_s: float | None = None
+
+
+class Supervisor:
+    """Runs and watches the worker processes of one ``taskq worker`` command.
+
+    Args:
+        app: The app, already configured with the command-line overrides.
+        app_path: ``module:app`` the children import the app from.
+        queues: Work queues to consume.
+        overrides: The command-line settings, applied again in each child.
+        loglevel: Logging level name for the children.
+    """
+
+    def __init__(
+        self,
+        app: App,
+        *,
+        app_path: str,
+        queues: tuple[str, ...],
+        overrides: dict[str, Any],
+        loglevel: str = "INFO",
+    ) -> None:
+        self.app = app
+        self.settings = app.settings
+        self.queues = queues
+        self._context = multiprocessing.get_context("spawn")
+        self._spec = ChildSpec(
+            app_path=app_path,
+            overrides=dict(overrides),
+            queues=queues,
+            loglevel=loglevel,
+            supervisor_pid=os.getpid(),
+        )
+        self._children: list[_Child] = []
+        self._ledger: DeathLedger | None = None
+        self._signals: list[tuple[int, float]] = []
+        self._first_signal_at = 0.0
+        self._stopping_at = 0.0
+        self._forced = False
+        self._killed_running = False
+        self._fatal = False
+
+    @property
+    def process_count(self) -> int:
+        """How many worker processes run (``worker_processes``; 0 means one per CPU)."""
+        return self.settings.worker_processes or os.cpu_count() or 1
+
+    def run(self) -> int:
+        """Declare, start the processes, watch them until shut down; return the exit status.
+
+        Raises:
+            TopologyError: a queue or exchange exists with other arguments.
+            BrokerConnectionError: the broker cannot be reached at start.
+        """
+        self._warn_about_long_time_limits()
+        self._declare_topology()
+        ledger = self._ledger = DeathLedger.create()
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in STARTUP_BLOCKED_SIGNALS}
+        try:
+            logger.info(
+                "taskq worker for app %s: %d processes consuming %s from %s (prefetch %d)",
+                self.app.name, self.process_count, ", ".join(self.queues),
+                redact_url(self.settings.broker_url), self.settings.prefetch_count,
+            )
+            self._children = [
+                _Child(index, Slot(self._context)) for index in range(1, self.process_count + 1)
+            ]
+            for child in self._children:
+                self._start(child)
+            return self._watch()
+        finally:
+            self._kill_all()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            ledger.remove()
+
+    # -- start-up --------------------------------------------------------------------------
+
+    def _warn_about_long_time_limits(self) -> None:
+        for warning in consumer_timeout_warnings(self.app, self.queues):
+            logger.warning("%s", warning)
+
+    def _declare_topology(self) -> None:
+        topology = self.app.topology
+        connection = open_connection(self.settings, client_name="taskq supervisor")
+        try:
+            channel = declare(connection.channel(), topology.base())
+            for queue in self.queues:
+                channel = declare(channel, topology.for_queue(queue))
+        finally:
+            # Closed before any child starts: children open their own connections.
+            if connection.is_open:
+                connection.close()
+
+    def _start(self, child: _Child) -> None:
+        child.slot.clear()
+        child.killed_message_id = child.killed_time_limit_s = None
+        spec = replace(self._spec, index=child.index, state_dir=self._ledger_dir())
+        process = self._context.Process(
+            target=child_main,
+            args=(spec, [c.slot for c in self._children]),
+            name=f"worker-{child.index}",
+        )
+        # Blocked signals are inherited through fork and exec: the child unblocks them once
+        # its own handlers are installed, so a Ctrl-C during its start-up is not a traceback.
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STARTUP_BLOCKED_SIGNALS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        child.process, child.started_at = process, time.monotonic()
+        logger.info("started worker process %d (pid %d)", child.index, process.pid)
+
+    def _ledger_dir(self) -> str:
+        return self._ledger.directory if self._ledger else ""
+
+    # -- watching ----------------------------------------------------------------------------
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._signals.append((signum, time.monotonic()))
+
+    def _watch(self) -> int:
+        handled_signals = 0
+        while True:
+            while len(self._signals) > handled_signals:
+                self._on_shutdown_signal(*self._signals[handled_signals])
+                handled_signals += 1
+            alive = [c.process.sentinel for c in self._children if c.process is not None]
+            if not alive and self._stopping_at:
+                break
+            multiprocessing.connection.wait(alive, timeout=_WATCH_INTERVAL_S)
+            now = time.monotonic()
+            for child in self._children:
+                self._check(child, now)
+            if self._stopping_at and now >= self._stopping_at and not self._forced:
+                logger.error(
+                    "shutdown timeout (%gs) passed with tasks still running; killing them",
+                    self.settings.shutdown_timeout_s,
+                )
+                self._force()
+        logger.info("all worker processes stopped")
+        if self._fatal:
+            return EXIT_FATAL
+        return EXIT_FORCED if self._killed_running else 0
+
+    def _on_shutdown_signal(self, signum: int, received_at: float) -> None:
+        name = signal.Signals(signum).name
+        if not self._first_signal_at:
+            self._first_signal_at = received_at
+            self._begin_shutdown(f"{name} received")
+        elif received_at - self._first_signal_at < DUPLICATE_SIGNAL_WINDOW_S:
+            # `timeout`, `kill -- -PGID` and systemd's control-group kill signal the whole
+            # group at once: the same request arrives twice. It is not a second request.
+            logger.debug("%s received again within %gs: same request", name,
+                         DUPLICATE_SIGNAL_WINDOW_S)
+        elif not self._forced:
+            logger.warning("%s received again: killing worker processes now", name)
+            self._force()
+
+    def _begin_shutdown(self, reason: str) -> None:
+        if self._stopping_at:
+            return
+        logger.info(
+            "%s: warm shutdown, waiting up to %gs for running tasks",
+            reason, self.settings.shutdown_timeout_s,
+        )
+        self._stopping_at = time.monotonic() + self.settings.shutdown_timeout_s
+        for child in self._children:
+            child.restart_at = 0.0
+            if child.process is not None and child.process.pid is not None:
+                _send(child.process.pid, signal.SIGTERM)
+
+    def _force(self) -> None:
+        self._forced = True
+        if not self._stopping_at:
+            self._stopping_at = time.monotonic()
+        self._killed_running = self._kill_all()
+
+    def _check(self, child: _Child, now: float) -> None:
+        process = child.process
+        if process is None:
+            if child.restart_at and now >= child.restart_at and not self._stopping_at:
+                self._start(child)
+            return
+        if process.exitcode is not None:
+            process.join()
+            self._on_exit(child, process, now)
+            return
+        deadline = child.slot.read_deadline()
+        if deadline and now > deadline and child.killed_message_id is None:
+            self._kill_for_time_limit(child, process)
+
+    def _kill_for_time_limit(self, child: _Child, process: BaseProcess) -> None:
+        child.killed_message_id = child.slot.read_message_id()
+        child.killed_time_limit_s = child.slot.read_time_limit_s()
+        logger.error(
+            "worker process %d (pid %d) ran message %s past its hard time limit of %gs; "
+            "killing it",
+            child.index, process.pid, child.killed_message_id, child.killed_time_limit_s,
+        )
+        if process.pid is not None:
+            _send(process.pid, signal.SIGKILL)
+
+    def _on_exit(self, child: _Child, process: BaseProcess, now: float) -> None:
+        pid, code = process.pid or 0, process.exitcode or 0
+        process.close()
+        child.process = None
+        message_id = child.slot.read_message_id()
+        if code == EXIT_FATAL:
+            logger.error("worker process %d cannot run (configuration); stopping", child.index)
+            self._fatal = True
+            self._begin_shutdown("configuration error")
+        elif self._forced or (code == 0 and not message_id):
+            if not self._stopping_at:
+                logger.info("worker process %d (pid %d) recycled", child.index, pid)
+                child.restart_at = now
+        else:
+            self._record_death(child, pid, code, message_id)
+            if not self._stopping_at:
+                quick = now - child.started_at < _MIN_LIFETIME_S
+                child.restart_at = now + (_MIN_LIFETIME_S if quick else 0.0)
+        # Cleared only once the death is in the ledger: a process that gets the message
+        # redelivered waits while a sibling's slot still holds it (see loop.py).
+        child.slot.clear()
+
+    def _record_death(self, child: _Child, pid: int, code: int, message_id: str) -> None:
+        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        if not message_id:
+            logger.error(
+                "worker process %d (pid %d) died (%s); replacing it", child.index, pid, how
+            )
+            return
+        time_limit_s = None
+        if child.killed_message_id == message_id:
+            time_limit_s = child.killed_time_limit_s
+        deaths = 1
+        if self._ledger is not None:
+            deaths = self._ledger.record_death(message_id, time_limit_s=time_limit_s).deaths
+        logger.error(
+            "worker process %d (pid %d) died (%s) while running message %s (death %d, "
+            "max_process_deaths=%d); replacing it; the broker redelivers the message",
+            child.index, pid, how, message_id, deaths, self.settings.max_process_deaths,
+        )
+
+    def _kill_all(self) -> bool:
+        """SIGKILL every live worker process; return whether there was any."""
+        killed = False
+        for child in self._children:
+            process = child.process
+            if process is not None and process.exitcode is None and process.pid is not None:
+                _send(process.pid, signal.SIGKILL)
+                killed = True
+        for child in self._children:
+            if child.process is not None:
+                child.process.join(5)
+        return killed
+
+
+def consumer_timeout_warnings(app: App, queues: tuple[str, ...]) -> list[str]:
+    """Explain each task of ``queues`` whose hard time limit exceeds ``consumer_timeout_s``.
+
+    RabbitMQ closes the channel of a delivery left unacked longer than its
+    ``consumer_timeout`` (30 minutes by default) and redelivers the message, so such a task
+    could never finish.
+    """
+    limit_s = app.settings.consumer_timeout_s
+    warnings = []
+    for task in app.registry:
+        time_limit_s = task.options.time_limit_s
+        if task.queue in queues and time_limit_s is not None and time_limit_s > limit_s:
+            warnings.append(
+                f"task {task.name} has time_limit_s={time_limit_s:g}, longer than the broker's "
+                f"consumer_timeout ({limit_s:g}s): RabbitMQ would close the channel of a "
+                "delivery unacked for that long and redeliver it. Raise it in rabbitmq.conf, "
+                f"e.g. 'consumer_timeout = {int(time_limit_s * 1000) + 60_000}' "
+                "(milliseconds), restart RabbitMQ, and set TASKQ_CONSUMER_TIMEOUT_S to match"
+            )
+    return warnings
+
+
+def _send(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass  # exited meanwhile; the watch loop reaps it

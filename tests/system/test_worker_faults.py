@@ -1,0 +1,109 @@
+"""`taskq worker` under faults: long tasks, killed and crashing processes, time limits."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+
+import pytest
+
+from taskq import App
+from tests import tasks
+from tests.support.waiting import wait_until
+from tests.system.workers import count_runs, dead_letters, send
+from tests.tasks import read_lines
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_task_longer_than_the_heartbeat_timeout_keeps_its_connection(
+    app: App, start_worker, runs, broker
+):
+    # Given a 2 s heartbeat (the broker drops a silent connection after two missed beats)...
+    worker = start_worker("-c", "1", env={"TASKQ_HEARTBEAT_S": "2"})
+    result = send(app, tasks.slow, runs, 10, "long")
+
+    # ...a 10 s task runs to the end, once, on its first delivery.
+    wait_until(lambda: count_runs(runs, "done") == 1, timeout_s=30)
+    wait_until(lambda: f"[{result.id}] from {app.settings.default_queue} succeeded" in worker.log())
+    log = worker.log()
+    assert log.count(f"[{result.id}] from {app.settings.default_queue} (redelivered=") == 0
+    assert log.count(f"[{result.id}] received") == 1
+    assert f"[{result.id}] received from {app.settings.default_queue} (redelivered=False)" in log
+    assert "connection lost" not in log
+    assert count_runs(runs, "start") == 1
+    assert broker.depth(app.settings.default_queue) == 0
+
+
+def test_a_process_killed_mid_task_is_replaced_and_the_task_runs_again(
+    app: App, start_worker, runs
+):
+    worker = start_worker("-c", "2")
+    worker.wait_consuming(2)
+    result = send(app, tasks.slow, runs, 1.5, "victim")
+    victim = int(wait_until(lambda: read_lines(runs), timeout_s=15)[0][2])
+
+    os.kill(victim, signal.SIGKILL)
+
+    wait_until(lambda: count_runs(runs, "done") == 1, timeout_s=20)
+    assert count_runs(runs, "start") == 2
+    assert victim not in {int(line[2]) for line in read_lines(runs) if line[0] == "done"}
+    assert f"[{result.id}] received from {app.settings.default_queue} (redelivered=True)" in (
+        worker.log()
+    )
+    wait_until(lambda: len(worker.children()) == 2 and victim not in worker.children())
+    assert f"died (signal SIGKILL) while running message {result.id}" in worker.log()
+
+
+def test_a_message_that_kills_its_process_three_times_is_dead_lettered(
+    app: App, start_worker, runs, broker
+):
+    worker = start_worker("-c", "2")
+    result = send(app, tasks.crash, runs)
+
+    letters = dead_letters(broker, app.settings.default_queue, 1, timeout_s=30)
+
+    headers = letters[result.id][0].headers
+    assert headers["taskq-error-type"] == "ProcessCrashLoop"
+    assert "killed its worker process 3 times" in headers["taskq-error"]
+    assert headers["taskq-attempts"] == 3
+    assert count_runs(runs, "crash") == 3
+    # The worker is still healthy: a good task behind it runs.
+    send(app, tasks.record, runs, "after")
+    wait_until(lambda: count_runs(runs) == 1, timeout_s=20)
+    wait_until(lambda: len(worker.children()) == 2)
+
+
+def test_a_task_past_its_hard_time_limit_is_killed_dead_lettered_and_replaced(
+    app: App, start_worker, runs, broker
+):
+    worker = start_worker("-c", "1")
+    result = send(app, tasks.overrun, runs)
+    first = int(wait_until(lambda: read_lines(runs), timeout_s=15)[0][1])
+
+    letters = dead_letters(broker, app.settings.default_queue, 1, timeout_s=20)
+
+    headers = letters[result.id][0].headers
+    assert headers["taskq-error-type"] == "TimeLimitExceeded"
+    assert "hard time limit of 1s" in headers["taskq-error"]
+    assert [line[0] for line in read_lines(runs)] == ["start"]  # never run a second time
+    wait_until(lambda: len(worker.children()) == 1 and first not in worker.children())
+
+
+def test_max_tasks_per_child_recycles_processes_without_losing_tasks(
+    app: App, start_worker, runs, broker
+):
+    worker = start_worker("-c", "2", "--max-tasks-per-child", "5", loglevel="INFO")
+    for i in range(30):
+        send(app, tasks.record, runs, str(i))
+
+    wait_until(lambda: count_runs(runs) >= 30, timeout_s=40)
+
+    lines = read_lines(runs)
+    assert sorted(int(line[1]) for line in lines) == list(range(30))
+    pids = [line[2] for line in lines]
+    assert len(set(pids)) >= 6
+    assert max(pids.count(pid) for pid in set(pids)) <= 5
+    wait_until(lambda: len(re.findall(r"\) recycled", worker.log())) >= 5)
+    assert broker.depth(app.settings.default_queue) == 0
