@@ -80,6 +80,8 @@ class Settings:
     outbox_poll_interval_s: float = 1.0
     # Upper bound of the backoff of a row (or a broker) that keeps failing.
     outbox_retry_max_s: float = 60.0
+    # Idempotency keys older than this are deleted by `taskq db prune` (7 days).
+    processed_retention_s: float = 7 * 24 * 3600.0
     # How delayed messages wait: "auto" (the delayed-message plugin when the broker has it
     # enabled, else tiers), "plugin" or "tiers" (see taskq.delay and docs/delays.md).
     delay_backend: str = "auto"

@@ -115,10 +115,17 @@ def _safely(fn: Callable[..., Any], *args: Any) -> None:
 
 
 @pytest.fixture
-def make_app(namespace: str) -> Iterator[Callable[..., App]]:
+def database_file_url(tmp_path: Any) -> str:
+    """The embedded SQLite default, in this test's own directory."""
+    return f"sqlite:///{tmp_path}/taskq.sqlite3"
+
+
+@pytest.fixture
+def make_app(namespace: str, database_file_url: str) -> Iterator[Callable[..., App]]:
     """Factory of Apps in this test's namespace; their topology is deleted afterwards.
 
-    The default queue is ``<namespace>.default`` so that runs never share a queue.
+    The default queue is ``<namespace>.default`` so that runs never share a queue, and the
+    database is a SQLite file of the test's own unless the test names another.
     """
     apps: list[App] = []
 
@@ -126,6 +133,7 @@ def make_app(namespace: str) -> Iterator[Callable[..., App]]:
         settings.setdefault("broker_url", BROKER_URL)
         settings.setdefault("namespace", namespace)
         settings.setdefault("default_queue", f"{namespace}.default")
+        settings.setdefault("database_url", database_file_url)
         app = App(name, **settings)
         apps.append(app)
         return app

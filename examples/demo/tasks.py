@@ -10,9 +10,21 @@ import os
 import random
 import time
 
+import sqlalchemy as sa
+
 from taskq import App
 
+# No database_url: the outbox lives in the embedded default, sqlite:///taskq.sqlite3.
 app = App("demo", namespace=os.environ.get("TASKQ_DEMO_NAMESPACE", "taskq-demo"))
+
+shop = sa.MetaData()
+orders = sa.Table(
+    "demo_orders",
+    shop,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("amount_cents", sa.Integer, nullable=False),
+    sa.Column("priority", sa.Integer, nullable=False),
+)
 
 ORDERS = "demo.orders"
 EMAILS = "demo.emails"
@@ -43,3 +55,13 @@ def send_email(order_id: int, template: str, priority: int, seq: int) -> None:
     """Pretend to send an email (2-8 ms of work)."""
     time.sleep(random.uniform(0.002, 0.008))
     _record(EMAILS, "send_email", priority, seq)
+
+
+def place_order(conn: sa.Connection, order_id: int, amount_cents: int, priority: int) -> None:
+    """Save an order and enqueue its two tasks in the same transaction (the outbox)."""
+    conn.execute(orders.insert().values(id=order_id, amount_cents=amount_cents,
+                                        priority=priority))
+    charge_order.apply_async((order_id, amount_cents, priority, order_id * 2),
+                             priority=priority, session=conn)
+    send_email.apply_async((order_id, "order-confirmation", priority, order_id * 2 + 1),
+                           priority=priority, session=conn)

@@ -40,6 +40,7 @@ from taskq.worker.process import (
     ChildSpec,
     child_main,
 )
+from taskq.worker.relay_process import RelayProcess
 from taskq.worker.time_limits import Slot
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class Supervisor:
         queues: Work queues to consume.
         overrides: The command-line settings, applied again in each child.
         loglevel: Logging level name for the children.
+        relay: Also run the outbox relay as a supervised process.
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class Supervisor:
         queues: tuple[str, ...],
         overrides: dict[str, Any],
         loglevel: str = "INFO",
+        relay: bool = False,
     ) -> None:
         self.app = app
         self.settings = app.settings
@@ -104,6 +107,7 @@ class Supervisor:
             supervisor_pid=os.getpid(),
         )
         self._children: list[_Child] = []
+        self._relay = RelayProcess(self._context, self._spec) if relay else None
         self._ledger: DeathLedger | None = None
         self._signals: list[tuple[int, float]] = []
         self._first_signal_at = 0.0
@@ -139,6 +143,8 @@ class Supervisor:
             ]
             for child in self._children:
                 self._start(child)
+            if self._relay is not None:
+                self._relay.start()
             return self._watch()
         finally:
             self._kill_all()
@@ -198,12 +204,16 @@ class Supervisor:
                 self._on_shutdown_signal(*self._signals[handled_signals])
                 handled_signals += 1
             alive = [c.process.sentinel for c in self._children if c.process is not None]
+            if self._relay is not None and self._relay.sentinel is not None:
+                alive.append(self._relay.sentinel)
             if not alive and self._stopping_at:
                 break
             multiprocessing.connection.wait(alive, timeout=_WATCH_INTERVAL_S)
             now = time.monotonic()
             for child in self._children:
                 self._check(child, now)
+            if self._relay is not None:
+                self._relay.check(now, stopping=bool(self._stopping_at))
             if self._stopping_at and now >= self._stopping_at and not self._forced:
                 logger.error(
                     "shutdown timeout (%gs) passed with tasks still running; killing them",
@@ -241,6 +251,8 @@ class Supervisor:
             child.restart_at = 0.0
             if child.process is not None and child.process.pid is not None:
                 _send(child.process.pid, signal.SIGTERM)
+        if self._relay is not None:
+            self._relay.terminate()
 
     def _force(self) -> None:
         self._forced = True
@@ -325,6 +337,8 @@ class Supervisor:
         for child in self._children:
             if child.process is not None:
                 child.process.join(5)
+        if self._relay is not None:
+            self._relay.kill()
         return killed
 
 

@@ -38,16 +38,24 @@ def runs(tmp_path: Path) -> str:
 def start_worker(
     app: App, namespace: str, tmp_path: Path
 ) -> Iterator[Callable[..., Worker]]:
+    # The worker's outbox relay uses the same database as the test's App.
     """Factory: ``start_worker("-c", "2", env={...})`` runs ``taskq worker -A tests.tasks:app``."""
     workers: list[Worker] = []
 
-    def start(*args: str, env: dict[str, str] | None = None, loglevel: str = "DEBUG") -> Worker:
+    def start(
+        *args: str, env: dict[str, str] | None = None, loglevel: str = "DEBUG",
+        relay: bool = False,
+    ) -> Worker:
+        # Most tests count worker processes; the relay process is opt-in for them.
+        if not relay and "--relay" not in args and "--no-relay" not in args:
+            args = (*args, "--no-relay")
         environment = {
             **{k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")},
             "PYTHONPATH": str(ROOT),
             "TASKQ_BROKER_URL": BROKER_URL,
             "TASKQ_NAMESPACE": namespace,
             "TASKQ_DEFAULT_QUEUE": app.settings.default_queue,
+            "TASKQ_DATABASE_URL": app.settings.database_url,
             **(env or {}),
         }
         log_path = tmp_path / f"worker-{len(workers) + 1}.log"

@@ -1,0 +1,169 @@
+"""The outbox relay as a supervised process of ``taskq worker`` (and ``taskq relay``).
+
+It runs :class:`~taskq.outbox.relay.OutboxRelay` until SIGTERM, like a worker process: the
+app is imported from ``module:app`` in the fresh (spawned) interpreter, with the same
+command-line overrides. The supervisor restarts it when it dies; rows never depend on it
+being up, they only wait longer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import time
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy as sa
+
+from taskq.errors import TaskqError
+from taskq.worker.process import (
+    EXIT_FATAL,
+    STARTUP_BLOCKED_SIGNALS,
+    ChildSpec,
+    configure_logging,
+    load_app,
+)
+
+if TYPE_CHECKING:
+    from multiprocessing.process import BaseProcess
+
+    from taskq.app import App
+
+logger = logging.getLogger(__name__)
+
+# A relay that dies sooner than this after starting is restarted only after this long.
+_RESTART_PAUSE_S = 1.0
+
+
+def ensure_outbox_table(app: App) -> bool:
+    """Make sure ``taskq_outbox`` exists; return whether the relay can run.
+
+    The embedded SQLite default gets its tables created (zero set-up); on other databases
+    tables are the application's to migrate (Alembic with ``taskq.metadata``, or
+    ``taskq db create``), so a missing table is reported, not created.
+    """
+    engine = app.engine
+    if sa.inspect(engine).has_table("taskq_outbox"):
+        return True
+    if engine.dialect.name == "sqlite":
+        app.create_tables()
+        logger.info("created taskq's tables in %s", engine.url.render_as_string())
+        return True
+    logger.error(
+        "table taskq_outbox does not exist in %s; create it with `taskq db create -A ...`, "
+        "app.create_tables() or an Alembic migration including taskq.metadata; the relay is "
+        "not running", engine.url.render_as_string(hide_password=True),
+    )
+    return False
+
+
+def run_relay(app: App, should_stop: Any) -> int:
+    """Run the relay of ``app`` until ``should_stop()``; return an exit code."""
+    try:
+        if not ensure_outbox_table(app):
+            return EXIT_FATAL
+    except sa.exc.SQLAlchemyError as exc:
+        logger.error("outbox relay cannot reach the database: %s", exc)
+        return 1
+    relay = app.relay()
+    try:
+        relay.run(should_stop)
+    finally:
+        app.close()
+    return 0
+
+
+def relay_main(spec: ChildSpec) -> None:
+    """Entry point of the relay process started by the supervisor."""
+    configure_logging(spec.loglevel)
+    stop = False
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STARTUP_BLOCKED_SIGNALS)
+    try:
+        app = load_app(spec.app_path)
+        app.configure(**spec.overrides)
+    except TaskqError as exc:
+        logger.error("%s", exc)
+        sys.exit(EXIT_FATAL)
+    sys.exit(run_relay(app, lambda: stop))
+
+
+class RelayProcess:
+    """Starts, watches and restarts the relay process for the supervisor."""
+
+    def __init__(self, context: Any, spec: ChildSpec) -> None:
+        self._context = context
+        self._spec = spec
+        self.process: BaseProcess | None = None
+        self._started_at = 0.0
+        self._restart_at = 0.0
+        self._given_up = False
+
+    @property
+    def sentinel(self) -> int | None:
+        """What the supervisor waits on, or ``None`` when no process runs."""
+        return self.process.sentinel if self.process is not None else None
+
+    def start(self) -> None:
+        """Start the relay process (signals blocked until its handlers are installed)."""
+        process = self._context.Process(target=relay_main, args=(self._spec,), name="relay")
+        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STARTUP_BLOCKED_SIGNALS)
+        try:
+            process.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        self.process, self._started_at = process, time.monotonic()
+        logger.info("started outbox relay process (pid %d)", process.pid)
+
+    def check(self, now: float, *, stopping: bool) -> None:
+        """Reap an exited relay and restart it unless shutting down or misconfigured."""
+        process = self.process
+        if process is None:
+            if self._restart_at and now >= self._restart_at and not stopping:
+                self._restart_at = 0.0
+                self.start()
+            return
+        if process.exitcode is None:
+            return
+        code = process.exitcode
+        process.join()
+        process.close()
+        self.process = None
+        if stopping:
+            return
+        if code == EXIT_FATAL:
+            logger.error("outbox relay cannot run (see above); the workers go on without it")
+            return
+        logger.error("outbox relay process died (exit %s); restarting it", code)
+        quick = now - self._started_at < _RESTART_PAUSE_S
+        self._restart_at = now + (_RESTART_PAUSE_S if quick else 0.0)
+
+    def terminate(self) -> None:
+        """Ask the relay to stop after its current batch."""
+        if self.process is not None and self.process.pid is not None:
+            _signal(self.process.pid, signal.SIGTERM)
+
+    def kill(self) -> None:
+        """Stop the relay at once (its batch's transaction rolls back; rows stay)."""
+        process = self.process
+        if process is not None and process.exitcode is None and process.pid is not None:
+            _signal(process.pid, signal.SIGKILL)
+        if process is not None:
+            process.join(5)
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except ProcessLookupError:
+        pass
+
