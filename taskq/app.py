@@ -73,6 +73,9 @@ class App:
         self._engine_pid = 0
         self._store: Any = None
         self._owned_publishers: list[Publisher] = []
+        #: Returns the session that ``delay()`` without ``session=`` should enqueue through
+        #: (the outbox), or ``None`` to publish directly. Set by framework integrations.
+        self.session_provider: Callable[[], Any] | None = None
         # Delays: the backend kind is chosen once (it may ask the broker); backends are built
         # per publisher (the app's, each relay's) and the declarer is shared.
         self._delay_lock = threading.Lock()

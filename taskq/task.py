@@ -168,6 +168,10 @@ class Task(Generic[P, R]):
             eta=resolve_eta(countdown, eta),
         )
         target = queue or self.queue
+        if session is None and self.app.session_provider is not None:
+            # Framework integrations (Flask, Django) enqueue through the request's own
+            # transaction when there is one.
+            session = self.app.session_provider()
         if session is not None:
             self.app.enqueue(session, envelope, target)
         else:
