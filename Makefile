@@ -23,7 +23,7 @@ $(STAMP): setup.cfg setup.py
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; \
 		$(PYTHON) -m venv $(VENV); \
 	fi
-	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[dev,postgres]'
+	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[dev,postgres,flask,django]'
 	@touch $@
 
 services:

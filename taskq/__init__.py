@@ -14,6 +14,7 @@ from taskq.errors import (
     ConfigurationError,
     DecodeError,
     DuplicateTaskName,
+    IdempotencyError,
     MessageTooLarge,
     OutboxError,
     PublishError,
@@ -27,6 +28,7 @@ from taskq.errors import (
     TaskFailed,
     TaskNotRegistered,
     TaskqError,
+    TimeLimitExceeded,
     TopologyError,
 )
 from taskq.results import AsyncResult
@@ -44,6 +46,7 @@ __all__ = [
     "ConfigurationError",
     "DecodeError",
     "DuplicateTaskName",
+    "IdempotencyError",
     "MessageTooLarge",
     "OutboxError",
     "PublishError",
@@ -59,6 +62,7 @@ __all__ = [
     "TaskFailed",
     "TaskNotRegistered",
     "TaskqError",
+    "TimeLimitExceeded",
     "TopologyError",
     "__version__",
     "metadata",

@@ -10,8 +10,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from datetime import timedelta
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from taskq.broker.publisher import Publisher
 from taskq.broker.topology import QueueOptions, Topology, validate_queue_name
@@ -29,6 +30,7 @@ from taskq.delay import (
 from taskq.errors import BrokerConnectionError, ConfigurationError, MessageTooLarge, PublishError
 from taskq.message import Envelope, WireMessage, encode
 from taskq.registry import TaskRegistry
+from taskq.results import AsyncResult
 from taskq.settings import Settings
 from taskq.task import Task, TaskOptions
 
@@ -72,10 +74,15 @@ class App:
         self._engine: Any = None
         self._engine_pid = 0
         self._store: Any = None
+        self._results: Any = None
         self._owned_publishers: list[Publisher] = []
         #: Returns the session that ``delay()`` without ``session=`` should enqueue through
         #: (the outbox), or ``None`` to publish directly. Set by framework integrations.
         self.session_provider: Callable[[], Any] | None = None
+        #: Context-manager factories entered around every task execution, outermost first
+        #: (in the worker and in eager mode), e.g. a Flask application context. Set them
+        #: before the worker starts. Set by framework integrations.
+        self.task_context: list[Callable[[], AbstractContextManager[Any]]] = []
         # Delays: the backend kind is chosen once (it may ask the broker); backends are built
         # per publisher (the app's, each relay's) and the declarer is shared.
         self._delay_lock = threading.Lock()
@@ -157,18 +164,29 @@ class App:
 
     @overload
     def task(
+        self, fn: None = None, /, *, bind: Literal[True], name: str | None = None,
+        **options: Any,
+    ) -> Callable[[Callable[Concatenate[Any, P], R]], Task[P, R]]: ...
+
+    @overload
+    def task(
         self, fn: None = None, /, *, name: str | None = None, **options: Any
     ) -> Callable[[Callable[P, R]], Task[P, R]]: ...
 
-    def task(
+    def task(  # the overloads above carry the precise types (bind=True drops ``self``)
         self, fn: Callable[P, R] | None = None, /, *, name: str | None = None, **options: Any
-    ) -> Task[P, R] | Callable[[Callable[P, R]], Task[P, R]]:
+    ) -> Any:
         """Register a function as a task: ``@app.task`` or ``@app.task(queue="emails")``.
 
         Args:
             fn: The function (when used without parentheses).
             name: Registered name; defaults to ``module.qualname`` of the function.
-            **options: ``queue``, ``priority``, ``time_limit_s``, ``soft_time_limit_s``.
+            **options: Any :class:`~taskq.task.TaskOptions` field: ``queue``, ``priority``,
+                ``time_limit_s``, ``soft_time_limit_s``, ``idempotent``, ``transactional``;
+                retries: ``max_retries``, ``retry_backoff`` and ``retry_backoff_max``
+                (seconds), ``retry_jitter``, ``autoretry_for``, ``dont_autoretry_for``; and
+                ``bind=True`` to receive the task as first argument (``self.request``,
+                ``self.retry(...)``).
 
         Raises:
             ConfigurationError: an unknown or invalid option.
@@ -223,6 +241,11 @@ class App:
         self._validate_queue(queue)
         wire = encode(envelope)
         self._check_size(envelope, queue, len(wire.body))
+        if self.settings.task_always_eager:
+            from taskq.eager import run
+
+            run(self, wire, queue)
+            return
         if envelope.eta is not None:
             eta_ms = eta_ms_of(envelope.eta)
             if eta_ms > epoch_ms():
@@ -325,6 +348,11 @@ class App:
         self._validate_queue(queue)
         wire = encode(envelope)
         self._check_size(envelope, queue, len(wire.body))
+        if self.settings.task_always_eager:
+            from taskq.eager import run_on_commit
+
+            run_on_commit(self, session, wire, queue)
+            return True
         store = self._outbox_store()
         next_attempt_at = None
         if envelope.eta is not None:
@@ -377,6 +405,23 @@ class App:
                 self._engine = create_engine(self.settings.database_url)
                 self._engine_pid = os.getpid()
             return self._engine
+
+    @property
+    def results(self) -> Any:
+        """The :class:`~taskq.results.ResultStore` on ``database_url`` (this process's)."""
+        from taskq.results import ResultStore
+
+        engine = self.engine
+        store = self._results
+        if store is None or store.engine is not engine:
+            store = self._results = ResultStore(engine)
+        return store
+
+    def result(self, task_id: str) -> AsyncResult:
+        """A handle on the task ``task_id``, to read its stored state and result."""
+        record = self.results.get(task_id)
+        task = record.task if record is not None else "?"
+        return AsyncResult(task_id, task=task, queue="?", app=self)
 
     def create_tables(self) -> None:
         """Create taskq's tables in ``database_url`` if they do not exist."""

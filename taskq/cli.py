@@ -7,10 +7,13 @@ settings and the environment) and hand over to the library; defaults live in
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import signal
 import sys
+from collections.abc import Iterator, Sequence
 from datetime import timedelta
 from typing import Any, NoReturn
 
@@ -146,6 +149,74 @@ def relay(app_path: str, loglevel: str) -> None:
     sys.exit(run_relay(app, lambda: stop))
 
 
+@main.command()
+@_APP_OPTION
+@click.option("-Q", "--queues", metavar="Q1,Q2", help="Queues to show (default: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option(
+    "--watch", type=click.FloatRange(min=0.5), metavar="SECONDS",
+    help="Print again every SECONDS until Ctrl-C.",
+)
+def status(app_path: str, queues: str | None, as_json: bool, watch: float | None) -> None:
+    """Show queues (ready, unacked, consumers, dead letters), parked and delayed messages,
+    the delay backend and the outbox backlog. Exits 1 when the broker or the database
+    cannot be read (the rest is still shown)."""
+    import json
+    import time
+
+    from taskq.status import collect, render
+
+    app = _load(app_path)
+    names = list(_queue_names(app, queues)) if queues else None
+    while True:
+        report = collect(app, names)
+        if as_json:
+            click.echo(json.dumps(report.to_dict(), sort_keys=True))
+        else:
+            click.echo(render(report))
+        if watch is None:
+            break
+        time.sleep(watch)
+        click.echo()
+    app.close()
+    if report.broker_error or report.outbox.error:
+        sys.exit(1)
+
+
+@main.command()
+@_APP_OPTION
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def inspect(app_path: str, task_id: str, as_json: bool) -> None:
+    """Show the stored state, result or error of TASK_ID (tasks with store_result=True)."""
+    import json
+
+    app = _load(app_path)
+    try:
+        record = app.results.get(task_id)
+    except TaskqError as exc:
+        _fail(str(exc).splitlines()[0])
+    finally:
+        app.close()
+    if record is None:
+        if as_json:
+            click.echo(json.dumps({"task_id": task_id, "state": "PENDING"}))
+        else:
+            click.echo(f"{task_id}: PENDING (no stored state: not started yet, unknown, or "
+                       "its task does not store results)")
+        return
+    data = record.to_dict()
+    if as_json:
+        click.echo(json.dumps(data, sort_keys=True))
+        return
+    for key in ("task_id", "task", "state", "attempts", "result", "error", "created_at",
+                "started_at", "finished_at"):
+        if data[key] is not None:
+            click.echo(f"{key + ':':<12} {data[key]}")
+    if record.traceback:
+        click.echo("traceback:\n" + record.traceback.rstrip())
+
+
 @main.group()
 def db() -> None:
     """Manage taskq's tables (taskq_outbox, taskq_processed, taskq_results)."""
@@ -176,7 +247,8 @@ def db_create(app_path: str) -> None:
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True)
 def db_prune(app_path: str, older_than: str | None, batch_size: int) -> None:
-    """Delete old idempotency keys (taskq_processed) in small batches, without long locks."""
+    """Delete old idempotency keys (taskq_processed) and finished results (taskq_results)
+    in small batches, without long locks."""
     from taskq.idempotency import IdempotencyStore
 
     app = _load(app_path)
@@ -185,9 +257,155 @@ def db_prune(app_path: str, older_than: str | None, batch_size: int) -> None:
         deleted = IdempotencyStore(app.engine).prune(
             older_than=timedelta(seconds=age_s), batch_size=batch_size
         )
+        results = app.results.prune(older_than=timedelta(seconds=age_s), batch_size=batch_size)
     except Exception as exc:
         _fail(f"cannot prune keys in {redact_url(app.settings.database_url)}: {exc}")
     click.echo(f"deleted {deleted} idempotency keys older than {timedelta(seconds=age_s)}")
+    click.echo(f"deleted {results} finished task results older than {timedelta(seconds=age_s)}")
+
+
+@main.group()
+def dlq() -> None:
+    """Inspect, replay and purge dead letters (Q.dlq) and unroutable messages.
+
+    Give the work queue Q to work on Q.dlq, or --unroutable for the namespace's
+    unroutable queue. The runbook: docs/dlq.md.
+    """
+
+
+_QUEUE_ARGUMENT = click.argument("queue", required=False, metavar="[Q]")
+_UNROUTABLE_OPTION = click.option(
+    "--unroutable", is_flag=True,
+    help="Work on <namespace>.unroutable instead of Q.dlq (replay uses each message's "
+    "original routing key).",
+)
+
+
+@dlq.command("list")
+@_QUEUE_ARGUMENT
+@_APP_OPTION
+@_UNROUTABLE_OPTION
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True,
+              help="Show at most this many messages (oldest first).")
+def dlq_list(
+    queue: str | None, app_path: str, unroutable: bool, as_json: bool, limit: int
+) -> None:
+    """List parked messages without removing them: id, task, attempts, age, error."""
+    from taskq import dlq as runbook
+
+    app = _load(app_path)
+    with _reported():
+        total = runbook.depth(app, queue, unroutable=unroutable)
+        infos = runbook.list_parked(app, queue, unroutable=unroutable, limit=limit)
+    if as_json:
+        click.echo(json.dumps([info.as_dict() for info in infos], indent=2))
+        return
+    click.echo(_parked_table(infos))
+    click.echo(f"{total} message(s) parked; {len(infos)} shown")
+
+
+@dlq.command("replay")
+@_QUEUE_ARGUMENT
+@_APP_OPTION
+@_UNROUTABLE_OPTION
+@click.option("--id", "ids", multiple=True, metavar="ID", help="Only this task id (repeatable).")
+@click.option("--task", "tasks", multiple=True, metavar="NAME",
+              help="Only this task name (repeatable).")
+@click.option("--limit", type=click.IntRange(min=1), help="Replay at most this many.")
+def dlq_replay(
+    queue: str | None,
+    app_path: str,
+    unroutable: bool,
+    ids: tuple[str, ...],
+    tasks: tuple[str, ...],
+    limit: int | None,
+) -> None:
+    """Republish parked messages to their queue, each confirmed before it leaves the DLQ.
+
+    Dead letters start again with taskq-retries 0. Messages not selected stay where they
+    are. Safe to interrupt: nothing is lost, and at most the one message in flight is then
+    in both queues.
+    """
+    from taskq import dlq as runbook
+
+    app = _load(app_path)
+    report = runbook.ReplayReport()
+    with _reported(), click.progressbar(length=0, label="replaying", file=sys.stderr) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.length = total
+            bar.update(1)
+
+        try:
+            runbook.replay(
+                app, queue, unroutable=unroutable, ids=ids, tasks=tasks, limit=limit,
+                progress=progress, report=report,
+            )
+        except KeyboardInterrupt:
+            click.echo(f"\ninterrupted: {_replay_summary(report)}", err=True)
+            sys.exit(130)
+    click.echo(_replay_summary(report))
+
+
+@dlq.command("purge")
+@_QUEUE_ARGUMENT
+@_APP_OPTION
+@_UNROUTABLE_OPTION
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def dlq_purge(queue: str | None, app_path: str, unroutable: bool, yes: bool) -> None:
+    """Delete every parked message of Q.dlq (or the unroutable queue). Asks first."""
+    from taskq import dlq as runbook
+
+    app = _load(app_path)
+    with _reported():
+        source = runbook.source_queue(app, queue, unroutable=unroutable)
+        if not yes:
+            count = runbook.depth(app, queue, unroutable=unroutable)
+            click.confirm(f"Delete all {count} message(s) in {source}?", abort=True)
+        deleted = runbook.purge(app, queue, unroutable=unroutable)
+    click.echo(f"purged {deleted} message(s) from {source}")
+
+
+@contextlib.contextmanager
+def _reported() -> Iterator[None]:
+    """Turn taskq errors into one ``Error: ...`` line and the error's exit code."""
+    try:
+        yield
+    except TaskqError as exc:
+        _fail(str(exc), exc.exit_code)
+
+
+def _parked_table(infos: Sequence[Any]) -> str:
+    rows = [("ID", "TASK", "ATTEMPTS", "AGE", "ERROR")]
+    for info in infos:
+        error = ": ".join(part for part in (info.error_type, info.error) if part) or "-"
+        rows.append((
+            info.task_id or "-",
+            info.task or "-",
+            "-" if info.attempts is None else str(info.attempts),
+            "-" if info.age_s is None else _age(info.age_s),
+            error if len(error) <= 70 else error[:67] + "...",
+        ))
+    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    return "\n".join(
+        "  ".join(row[i].ljust(widths[i]) for i in range(4)) + "  " + row[4]
+        for row in rows
+    )
+
+
+def _age(seconds: float) -> str:
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)}{unit}"
+    return f"{int(seconds)}s"
+
+
+def _replay_summary(report: Any) -> str:
+    parts = [f"{report.replayed} replayed", f"{report.skipped} not selected (left in place)"]
+    if report.unroutable:
+        parts.append(f"{report.unroutable} still unroutable (left in place)")
+    return f"{', '.join(parts)}; {report.examined} examined"
 
 
 _UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}

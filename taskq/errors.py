@@ -14,6 +14,8 @@
     │   ├── PublishError            not confirmed: unreachable, nacked, timed out (cause chained)
     │   └── TopologyError           PRECONDITION_FAILED: names the object and both argument sets
     ├── OutboxError
+    ├── IdempotencyError            the idempotency table cannot be read or written
+    ├── TimeLimitExceeded           hard time limit: the worker killed the task's process
     ├── ResultError
     │   ├── ResultTimeout
     │   └── TaskFailed              remote failure: exception type, message, traceback text
@@ -98,6 +100,18 @@ class OutboxError(TaskqError):
     """The transactional outbox could not store or relay a task."""
 
 
+class IdempotencyError(TaskqError):
+    """The ``taskq_processed`` table could not be read or written (database down?)."""
+
+
+class TimeLimitExceeded(TaskqError):
+    """A task ran past its hard ``time_limit_s`` and the worker killed its process.
+
+    Never raised in task code (the process is gone); it names that failure for retry
+    policies (put it in ``dont_autoretry_for`` to dead-letter at once) and in dead letters.
+    """
+
+
 class ResultError(TaskqError):
     """A task result could not be stored or read."""
 
@@ -117,12 +131,30 @@ class TaskControl(TaskqError):
 class Retry(TaskControl):
     """Ask for a retry of the current task without logging an error.
 
+    ``raise self.retry(...)`` in a ``bind=True`` task builds and raises it. The worker
+    retries while ``max_retries`` allows, whatever ``autoretry_for`` says; once retries are
+    exhausted the message is dead-lettered with ``exc`` as the reason.
+
     Args:
         delay_s: Seconds to wait before the retry; ``None`` lets the retry policy decide.
+        message: Shown in logs.
+        exc: The failure that made the task ask (reported if retries are exhausted).
+        max_retries: Overrides the task's ``max_retries`` for this decision.
     """
 
-    def __init__(self, delay_s: float | None = None, message: str = "retry requested") -> None:
-        super().__init__(message, delay_s=delay_s)
+    delay_s: float | None
+    exc: BaseException | None
+    max_retries: int | None
+
+    def __init__(
+        self,
+        delay_s: float | None = None,
+        message: str = "retry requested",
+        *,
+        exc: BaseException | None = None,
+        max_retries: int | None = None,
+    ) -> None:
+        super().__init__(message, delay_s=delay_s, exc=exc, max_retries=max_retries)
 
 
 class Reject(TaskControl):

@@ -27,6 +27,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 
 from taskq.db import dialect_of, utcnow
+from taskq.errors import IdempotencyError
 from taskq.schema import processed_table
 
 logger = logging.getLogger(__name__)
@@ -45,20 +46,97 @@ class IdempotencyStore:
         self.engine = engine
         self._dialect = engine.dialect.name
         self._exists = sa.select(sa.literal(1)).where(_KEY == sa.bindparam("key"))
+        self._held: Connection | None = None
+
+    def _connection(self) -> Connection:
+        """The connection ``is_done`` and ``record`` use, opened once and kept.
+
+        One round trip per call is the budget: a pooled checkout would add BEGIN and the
+        pool's ROLLBACK-on-return, tripling the cost on PostgreSQL. The connection is in
+        autocommit mode; on PostgreSQL it also runs with ``synchronous_commit=off``: a
+        database crash may forget the last fraction of a second of keys, which is the same
+        duplicate window a worker crash between the task and ``record`` leaves anyway.
+        Transactional tasks (:meth:`begin`) commit with the database's full durability.
+        """
+        if self._held is None or self._held.closed or self._held.invalidated:
+            conn = self.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            if self._dialect == "postgresql":
+                conn.exec_driver_sql("SET synchronous_commit TO OFF")
+            self._held = conn
+        return self._held
+
+    def _drop_connection(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            try:
+                held.close()
+            except sa.exc.SQLAlchemyError:  # it is broken already; the next call reconnects
+                logger.debug("error closing the idempotency connection", exc_info=True)
+
+    def close(self) -> None:
+        """Close the kept connection (the engine's pool is the caller's)."""
+        self._drop_connection()
 
     def is_done(self, key: str) -> bool:
-        """Whether a task with this key already finished (one SELECT)."""
-        with self.engine.connect() as conn:
-            return conn.execute(self._exists, {"key": key}).first() is not None
+        """Whether a task with this key already finished (one SELECT).
+
+        Not thread-safe: a worker process calls it from its main thread only.
+
+        Raises:
+            IdempotencyError: the database cannot be reached or the table is missing.
+        """
+        try:
+            return self._connection().execute(self._exists, {"key": key}).first() is not None
+        except sa.exc.SQLAlchemyError as exc:
+            self._drop_connection()
+            raise self._error("check", key, exc) from exc
 
     def record(self, key: str, task: str) -> bool:
-        """Record ``key`` as done in its own short transaction (one INSERT).
+        """Record ``key`` as done (one INSERT, autocommit).
 
         Returns:
             ``False`` if the key was already there (another copy finished first).
+
+        Raises:
+            IdempotencyError: the database cannot be reached or the table is missing.
         """
-        with self.engine.begin() as conn:
-            return self.claim(conn, key, task)
+        try:
+            return self.claim(self._connection(), key, task)
+        except sa.exc.SQLAlchemyError as exc:
+            self._drop_connection()
+            raise self._error("record", key, exc) from exc
+
+    def begin(self, key: str, task: str) -> Session | None:
+        """Open the transaction of a ``transactional`` task, its key claimed first.
+
+        Returns:
+            A session in an open transaction holding the new key (the caller commits or
+            rolls back, then closes it), or ``None`` if the key is already recorded: that
+            delivery is a duplicate and nothing was written.
+
+        Raises:
+            IdempotencyError: the database cannot be reached or the table is missing.
+        """
+        session = Session(self.engine, expire_on_commit=False)
+        try:
+            session.begin()
+            if self.claim(session, key, task):
+                return session
+            session.rollback()
+        except sa.exc.SQLAlchemyError as exc:
+            session.close()
+            raise self._error("claim", key, exc) from exc
+        session.close()
+        return None
+
+    def _error(self, action: str, key: str, exc: Exception) -> IdempotencyError:
+        url = self.engine.url.render_as_string(hide_password=True)
+        return IdempotencyError(
+            f"cannot {action} idempotency key {key!r} in taskq_processed at {url}: "
+            f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "
+            "is the database up and were the tables created (taskq db create)?",
+            key=key,
+        )
 
     def claim(self, target: Session | Connection, key: str, task: str) -> bool:
         """Insert ``key`` in ``target``'s transaction; ``False`` if it is already there.

@@ -246,9 +246,10 @@ def decode(wire: WireMessage) -> Envelope:
 
 
 def _eta_from_ms(eta_ms: Any, task_id: str, task: str) -> datetime:
-    if eta_ms.__class__ is int:
+    # pika reads an AMQP long-long (epoch ms do not fit in 32 bits) as its own int subclass.
+    if isinstance(eta_ms, int) and eta_ms.__class__ is not bool:
         try:
-            return _EPOCH + eta_ms * _MILLISECOND
+            return _EPOCH + int(eta_ms) * _MILLISECOND
         except OverflowError:
             pass
     _reject(f"header {ETA} is {_describe(eta_ms)}, expected epoch milliseconds", task_id, task)

@@ -1,21 +1,211 @@
-"""AsyncResult: the handle ``delay`` and ``apply_async`` return."""
+"""Task results: the ``taskq_results`` table and the :class:`AsyncResult` handle.
+
+Results are kept only for tasks that ask (``@app.task(store_result=True)``) or when the app
+sets ``store_results=True``: most tasks' return values are not needed, and writing them costs
+a round trip per state change. States, in order: ``PENDING`` (no row yet: unknown ids are
+pending, as in Celery), ``STARTED``, ``RETRY`` (failed, a retry is scheduled), then one of
+``SUCCESS``, ``FAILURE`` (failed, not retried) or ``DEAD`` (dead-lettered to ``Q.dlq``).
+Return values are stored with taskq's msgpack codec (never pickle).
+"""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import enum
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from taskq.errors import ResultError, ResultTimeout, SerializationError, TaskFailed
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine import Engine
+
     from taskq.app import App
 
 
+class ResultState(str, enum.Enum):
+    """Where a task stands, as stored in ``taskq_results.state``."""
+
+    PENDING = "PENDING"
+    STARTED = "STARTED"
+    RETRY = "RETRY"
+    SUCCESS = "SUCCESS"
+    FAILURE = "FAILURE"
+    DEAD = "DEAD"
+
+    @property
+    def is_ready(self) -> bool:
+        """Whether the state is final."""
+        return self in (ResultState.SUCCESS, ResultState.FAILURE, ResultState.DEAD)
+
+
+@dataclass(frozen=True)
+class ResultRecord:
+    """One row of ``taskq_results``."""
+
+    task_id: str
+    task: str
+    state: ResultState
+    result: Any = None
+    error: str | None = None
+    traceback: str | None = None
+    retries: int = 0
+    created_at: datetime | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready fields (``taskq inspect --json``)."""
+        return {
+            "task_id": self.task_id,
+            "task": self.task,
+            "state": self.state.value,
+            "result": repr(self.result) if self.result is not None else None,
+            "error": self.error,
+            "traceback": self.traceback,
+            "retries": self.retries,
+            "attempts": self.retries + 1,
+            "created_at": _iso(self.created_at),
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+        }
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+class ResultStore:
+    """Writes and reads ``taskq_results`` (one upsert per state change).
+
+    Args:
+        engine: Engine of the database named by ``database_url``.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+
+    def started(self, task_id: str, task: str, retries: int) -> None:
+        """The task began running (attempt ``retries + 1``)."""
+        self._upsert(task_id, task, ResultState.STARTED, retries=retries, started=True)
+
+    def succeeded(self, task_id: str, task: str, retries: int, value: Any) -> None:
+        """The task returned ``value`` (stored encoded; unencodable values are noted)."""
+        from taskq.codec import encode_body
+
+        error = None
+        try:
+            encoded: bytes | None = encode_body([value], None, task=task)
+        except SerializationError as exc:
+            encoded, error = None, f"the return value was not stored: {exc}"
+        self._upsert(task_id, task, ResultState.SUCCESS, retries=retries, result=encoded,
+                     error=error, finished=True)
+
+    def failed(
+        self,
+        task_id: str,
+        task: str,
+        retries: int,
+        *,
+        state: ResultState,
+        error: str,
+        traceback: str | None,
+    ) -> None:
+        """The attempt failed: ``RETRY`` (will run again), ``FAILURE`` or ``DEAD``."""
+        self._upsert(task_id, task, state, retries=retries, error=error, traceback=traceback,
+                     finished=state.is_ready)
+
+    def get(self, task_id: str) -> ResultRecord | None:
+        """The record of ``task_id``, or ``None`` when there is none (``PENDING``).
+
+        Raises:
+            ResultError: the database cannot be read.
+        """
+        import sqlalchemy as sa
+
+        from taskq.codec import decode_body
+        from taskq.db import as_aware
+        from taskq.schema import results_table as t
+
+        try:
+            with self.engine.connect() as conn:
+                row = conn.execute(sa.select(t).where(t.c.task_id == task_id)).mappings().first()
+        except sa.exc.SQLAlchemyError as exc:
+            raise ResultError(f"cannot read the result of task {task_id}: {exc}",
+                              task_id=task_id) from exc
+        if row is None:
+            return None
+        value = decode_body(row["result"])[0][0] if row["result"] is not None else None
+        return ResultRecord(
+            task_id=row["task_id"], task=row["task"], state=ResultState(row["state"]),
+            result=value, error=row["error"], traceback=row["traceback"],
+            retries=row["retries"], created_at=as_aware(row["created_at"]),
+            started_at=as_aware(row["started_at"]), finished_at=as_aware(row["finished_at"]),
+        )
+
+    def prune(self, *, older_than: timedelta, batch_size: int = 1000) -> int:
+        """Delete finished results older than ``older_than`` in short batches."""
+        import sqlalchemy as sa
+
+        from taskq.db import utcnow
+        from taskq.schema import results_table as t
+
+        cutoff = utcnow() - older_than
+        total = 0
+        while True:
+            batch = sa.select(t.c.task_id).where(t.c.finished_at < cutoff).limit(batch_size)
+            with self.engine.begin() as conn:
+                count = int(conn.execute(
+                    t.delete().where(t.c.task_id.in_(batch.scalar_subquery()))
+                ).rowcount or 0)
+            total += count
+            if count < batch_size:
+                return total
+
+    def _upsert(
+        self,
+        task_id: str,
+        task: str,
+        state: ResultState,
+        *,
+        retries: int,
+        result: bytes | None = None,
+        error: str | None = None,
+        traceback: str | None = None,
+        started: bool = False,
+        finished: bool = False,
+    ) -> None:
+        from sqlalchemy.dialects import postgresql, sqlite
+
+        from taskq.db import utcnow
+        from taskq.schema import results_table as t
+
+        now = utcnow()
+        changes: dict[str, Any] = {
+            "state": state.value, "retries": retries, "result": result, "error": error,
+            "traceback": traceback,
+        }
+        if started:
+            changes["started_at"] = now
+        if finished:
+            changes["finished_at"] = now
+        values = {"task_id": task_id, "task": task, "created_at": now, **changes}
+        dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
+        stmt = dialect.insert(t).values(values)
+        stmt = stmt.on_conflict_do_update(index_elements=["task_id"], set_=changes)
+        with self.engine.begin() as conn:
+            conn.execute(stmt)
+
+
 class AsyncResult:
-    """A handle on one enqueued task.
+    """A handle on one enqueued task: its id, and its state and result when stored.
 
     Args:
         task_id: The task id (also the AMQP ``message_id``).
         task: The registered task name.
         queue: The queue the task was sent to.
-        app: The app that sent it.
+        app: The app that sent it (needed for ``state``, ``get`` and ``ready``).
     """
 
     __slots__ = ("id", "task", "queue", "app")
@@ -34,3 +224,59 @@ class AsyncResult:
 
     def __hash__(self) -> int:
         return hash(self.id)
+
+    def _record(self) -> ResultRecord | None:
+        if self.app is None:
+            raise ResultError(f"AsyncResult {self.id} has no app; use app.result(task_id)",
+                              task_id=self.id)
+        record: ResultRecord | None = self.app.results.get(self.id)
+        return record
+
+    @property
+    def state(self) -> ResultState:
+        """The stored state (``PENDING`` until the worker writes one)."""
+        record = self._record()
+        return record.state if record is not None else ResultState.PENDING
+
+    def ready(self) -> bool:
+        """Whether the task reached a final state (success, failure or dead letter)."""
+        return self.state.is_ready
+
+    def get(self, timeout_s: float | None = None, *, interval_s: float = 0.1) -> Any:
+        """Wait for the task and return its result.
+
+        Args:
+            timeout_s: Give up after this many seconds (``None``: wait forever).
+            interval_s: How often the table is polled.
+
+        Raises:
+            TaskFailed: the task failed or was dead-lettered; carries ``exc_type``,
+                ``remote_traceback`` and ``state``.
+            ResultTimeout: no final state within ``timeout_s``.
+        """
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            record = self._record()
+            if record is not None and record.state.is_ready:
+                return self._outcome(record)
+            if deadline is not None and time.monotonic() >= deadline:
+                state = record.state.value if record is not None else "PENDING"
+                raise ResultTimeout(
+                    f"task {self.task} ({self.id}) on queue {self.queue!r} has no result "
+                    f"after {timeout_s:g}s (state {state}); is a worker consuming the queue, "
+                    "and does the task store results (store_result=True)?",
+                    task_id=self.id, task=self.task, queue=self.queue,
+                )
+            time.sleep(interval_s)
+
+    def _outcome(self, record: ResultRecord) -> Any:
+        if record.state is ResultState.SUCCESS:
+            return record.result
+        exc_type, _, message = (record.error or "").partition(": ")
+        raise TaskFailed(
+            f"task {record.task} ({record.task_id}) ended {record.state.value} after "
+            f"{record.retries + 1} attempt(s): {record.error}\n"
+            f"remote traceback:\n{record.traceback or '(none)'}",
+            task_id=record.task_id, task=record.task, state=record.state.value,
+            exc_type=exc_type, error=message, remote_traceback=record.traceback,
+        )

@@ -72,6 +72,14 @@ class Settings:
     consumer_timeout_s: float = 1800.0
     # Longest traceback text kept in a dead letter's taskq-traceback header.
     traceback_max_chars: int = 4000
+    # Retries a failing task gets after its first run (task option max_retries); 0 = none.
+    task_max_retries: int = 3
+    # Exponential backoff base: retry n (0-based) waits task_retry_backoff_s * 2**n.
+    task_retry_backoff_s: float = 1.0
+    # Upper bound of one retry's backoff delay.
+    task_retry_backoff_max_s: float = 600.0
+    # Draw each backoff from [delay/2, delay] so tasks that failed together spread out.
+    task_retry_jitter: bool = True
     # Upper bound of the exponential reconnect backoff.
     reconnect_max_delay_s: float = 30.0
     # Outbox rows the relay claims and publishes per transaction.
@@ -80,6 +88,8 @@ class Settings:
     outbox_poll_interval_s: float = 1.0
     # Upper bound of the backoff of a row (or a broker) that keeps failing.
     outbox_retry_max_s: float = 60.0
+    # Keep every task's state and result in taskq_results (tasks may opt in one by one).
+    store_results: bool = False
     # Idempotency keys older than this are deleted by `taskq db prune` (7 days).
     processed_retention_s: float = 7 * 24 * 3600.0
     # How delayed messages wait: "auto" (the delayed-message plugin when the broker has it
@@ -90,6 +100,10 @@ class Settings:
     # Outbox rows due further ahead than this stay in the database; nearer ones are handed
     # to the delay backend by the relay.
     outbox_delay_horizon_s: float = 3600.0
+    # Tests only: run each enqueued task in-process, synchronously, after the same encoding
+    # and decoding as in production (outbox enqueues run when their transaction commits).
+    # See taskq.testing.
+    task_always_eager: bool = False
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -221,6 +235,9 @@ def _validate(settings: Settings) -> None:
         "outbox_poll_interval_s",
         "outbox_retry_max_s",
         "outbox_delay_horizon_s",
+        "task_max_retries",
+        "task_retry_backoff_s",
+        "task_retry_backoff_max_s",
     )
     for name in non_negative:
         if getattr(settings, name) < 0:

@@ -9,16 +9,19 @@ task id.
 from __future__ import annotations
 
 import functools
+import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast
 
-from taskq.errors import ConfigurationError
+from taskq.errors import ConfigurationError, Retry
 from taskq.message import Envelope
 from taskq.results import AsyncResult
+from taskq.retry import RetryOverrides
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -39,25 +42,103 @@ class TaskOptions:
         time_limit_s: Hard limit: past it the worker process is replaced and the message
             dead-lettered with reason ``TimeLimitExceeded``.
         soft_time_limit_s: Soft limit: ``SoftTimeLimitExceeded`` is raised inside the task.
+        idempotent: Skip a message whose idempotency key is already in ``taskq_processed``
+            and record the key after success (one SELECT and one INSERT per task).
+            ``False`` runs every delivery, with no database round trip.
+        transactional: Pass the task a SQLAlchemy ``session`` keyword argument whose
+            transaction also records the key: the task's writes and the key commit
+            together, so effects in that database happen exactly once.
+        max_retries: Retries after the first run; ``None`` takes ``task_max_retries``.
+        retry_backoff: Exponential backoff base in seconds; ``None`` takes
+            ``task_retry_backoff_s``.
+        retry_backoff_max: Longest backoff in seconds; ``None`` takes
+            ``task_retry_backoff_max_s``.
+        retry_jitter: Randomise backoffs; ``None`` takes ``task_retry_jitter``.
+        autoretry_for: Exception classes retried automatically (none by default: a task
+            that raises anything else is dead-lettered at once).
+        dont_autoretry_for: Exception classes never retried automatically (wins over
+            ``autoretry_for``).
+        bind: Pass the task object as the first argument (``self.request``,
+            ``self.retry(...)``).
+        store_result: Keep state and result in ``taskq_results``; ``None`` takes the
+            app's ``store_results`` setting.
     """
 
     queue: str | None = None
     priority: int = 0
     time_limit_s: float | None = None
     soft_time_limit_s: float | None = None
+    idempotent: bool = True
+    transactional: bool = False
+    max_retries: int | None = None
+    retry_backoff: float | None = None
+    retry_backoff_max: float | None = None
+    retry_jitter: bool | None = None
+    autoretry_for: tuple[type[BaseException], ...] = ()
+    dont_autoretry_for: tuple[type[BaseException], ...] = ()
+    bind: bool = False
+    store_result: bool | None = None
 
     def __post_init__(self) -> None:
         validate_priority(self.priority)
+        self.retry_overrides()  # validates the retry options now, not in the worker
         for name in ("time_limit_s", "soft_time_limit_s"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or value <= 0):
                 raise ConfigurationError(f"{name} must be a positive number of seconds")
+        if self.transactional and not self.idempotent:
+            raise ConfigurationError(
+                "transactional=True records the idempotency key in the task's transaction; "
+                "it cannot be combined with idempotent=False"
+            )
         if (
             self.time_limit_s is not None
             and self.soft_time_limit_s is not None
             and self.soft_time_limit_s >= self.time_limit_s
         ):
             raise ConfigurationError("soft_time_limit_s must be shorter than time_limit_s")
+
+
+    def retry_overrides(self) -> RetryOverrides:
+        """The task's retry options, to resolve against the app's defaults."""
+        return RetryOverrides(
+            max_retries=self.max_retries,
+            retry_backoff=self.retry_backoff,
+            retry_backoff_max=self.retry_backoff_max,
+            retry_jitter=self.retry_jitter,
+            autoretry_for=self.autoretry_for,
+            dont_autoretry_for=self.dont_autoretry_for,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """The delivery a worker is executing, as task code sees it (``self.request``).
+
+    Args:
+        task_id: The task id (AMQP ``message_id``); ``""`` for an in-process call.
+        task: The registered task name.
+        retries: Retries already done: 0 on the first run (``taskq-retries``).
+        queue: The queue the message was consumed from.
+        idempotency_key: The key recorded when the task succeeds.
+        eta: When the message was due, for delayed tasks and retries.
+        headers: Extra headers of the message.
+        is_redelivered: The broker delivered the message before (a process or channel died).
+    """
+
+    task_id: str
+    task: str
+    retries: int = 0
+    queue: str = ""
+    idempotency_key: str = ""
+    eta: datetime | None = None
+    headers: Mapping[str, Any] = field(default_factory=dict)
+    is_redelivered: bool = False
+
+
+#: The request of the task the worker is executing in this context; set by
+#: :func:`taskq.worker.execution.execute` around the task call.
+current_request: ContextVar[Request | None] = ContextVar("taskq_current_request", default=None)
 
 
 def validate_priority(priority: int) -> int:
@@ -90,7 +171,50 @@ class Task(Generic[P, R]):
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         """Run the task function in this process (no broker involved)."""
+        if self.options.bind:
+            return cast(Any, self.fn)(self, *args, **kwargs)  # type: ignore[no-any-return]
         return self.fn(*args, **kwargs)
+
+    @property
+    def request(self) -> Request:
+        """The delivery being executed, when this task runs in a worker.
+
+        Outside a worker (a plain call) it is an empty request: ``task_id == ""`` and
+        ``retries == 0``.
+        """
+        request = current_request.get()
+        if request is not None and request.task == self.name:
+            return request
+        return Request(task_id="", task=self.name, queue=self.queue)
+
+    def retry(
+        self,
+        countdown: float | timedelta | None = None,
+        exc: BaseException | None = None,
+        max_retries: int | None = None,
+    ) -> NoReturn:
+        """Ask the worker to run this task again later: raises :class:`~taskq.errors.Retry`.
+
+        Write ``raise self.retry(...)`` so that readers (and linters) see the task stops
+        here. The worker publishes a copy with ``taskq-retries + 1`` and acks this delivery;
+        once ``max_retries`` is reached it dead-letters the message with ``exc`` instead.
+
+        Args:
+            countdown: Seconds (or a ``timedelta``) until the retry; ``None`` uses the
+                task's backoff.
+            exc: The failure behind the retry; defaults to the exception being handled.
+            max_retries: Overrides the task's ``max_retries`` for this decision.
+
+        Raises:
+            Retry: always.
+            ConfigurationError: a negative countdown or an invalid ``max_retries``.
+        """
+        delay_s = _countdown_s(countdown)
+        if max_retries is not None:
+            RetryOverrides(max_retries=max_retries)  # validates
+        cause = exc if exc is not None else sys.exc_info()[1]
+        text = f"retry requested ({type(cause).__name__}: {cause})" if cause else "retry requested"
+        raise Retry(delay_s, text, exc=cause, max_retries=max_retries)
 
     def __repr__(self) -> str:
         return f"<Task {self.name} queue={self.queue}>"
@@ -214,6 +338,15 @@ class Task(Generic[P, R]):
             app_id=self.app.name,
             headers=dict(headers) if headers else {},
         )
+
+
+def _countdown_s(countdown: float | timedelta | None) -> float | None:
+    if countdown is None:
+        return None
+    seconds = countdown.total_seconds() if isinstance(countdown, timedelta) else countdown
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds < 0:
+        raise ConfigurationError(f"countdown must be seconds >= 0, not {countdown!r}")
+    return float(seconds)
 
 
 def resolve_eta(countdown: float | timedelta | None, eta: datetime | None) -> datetime | None:

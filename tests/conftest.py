@@ -13,9 +13,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from taskq import App
 from taskq.broker import topology as topo
+from taskq.schema import metadata
 
 logger = logging.getLogger(__name__)
 
@@ -142,3 +144,38 @@ def make_app(namespace: str, database_file_url: str) -> Iterator[Callable[..., A
     for app in apps:
         _safely(app.close)
         delete_topology(app)
+
+
+@pytest.fixture(scope="session")
+def pg_schema_url() -> Iterator[str]:
+    """A PostgreSQL URL whose search_path is a schema only this test session uses."""
+    schema = f"tq_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(POSTGRES_URL)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    url = f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+    engine = sa.create_engine(url)
+    metadata.create_all(engine)
+    engine.dispose()
+    try:
+        yield url
+    finally:
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+def truncate_taskq_tables(url: str) -> None:
+    """Empty taskq's tables (tests of one session share the schema)."""
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        for table in reversed(metadata.sorted_tables):
+            conn.execute(table.delete())
+    engine.dispose()
+
+
+@pytest.fixture
+def postgres_url(pg_schema_url: str) -> str:
+    """PostgreSQL only (SKIP LOCKED, LISTEN/NOTIFY), with empty tables."""
+    truncate_taskq_tables(pg_schema_url)
+    return pg_schema_url

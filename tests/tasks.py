@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
+
+import sqlalchemy as sa
 
 from taskq import App, Reject, SoftTimeLimitExceeded
 
@@ -75,9 +78,9 @@ def reject(path: str) -> None:
     raise Reject("the order was cancelled")
 
 
-@app.task(time_limit_s=1.0)
+@app.task(time_limit_s=1.0, max_retries=0)
 def overrun(path: str) -> None:
-    """Record the start, then run far past the 1 s hard limit."""
+    """Record the start, then run far past the 1 s hard limit (no retries: dead-lettered)."""
     append_line(path, "start")
     time.sleep(60)
     append_line(path, "done")
@@ -93,3 +96,95 @@ def soft_overrun(path: str) -> None:
         append_line(path, "caught")
         raise
     append_line(path, "done")
+
+
+# -- money transfers: transactional tasks (exactly-once effects in the database) ----------
+
+bank = sa.MetaData()
+accounts = sa.Table(
+    "test_accounts",
+    bank,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("balance", sa.BigInteger, nullable=False),
+)
+applied = sa.Table(
+    "test_transfers_applied",
+    bank,
+    sa.Column("transfer_id", sa.Integer, nullable=False),  # no unique key on purpose
+)
+
+
+@app.task(transactional=True)
+def transfer(transfer_id: int, source: int, target: int, amount: int, *, session: Any) -> None:
+    """Move ``amount`` between two accounts in the task's transaction (with its key)."""
+    # Lock rows in id order so that concurrent transfers never deadlock.
+    for account, delta in sorted(((source, -amount), (target, amount))):
+        session.execute(
+            accounts.update()
+            .where(accounts.c.id == account)
+            .values(balance=accounts.c.balance + delta)
+        )
+    session.execute(applied.insert().values(transfer_id=transfer_id))
+
+
+@app.task(transactional=True)
+def slow_transfer(
+    transfer_id: int, path: str, seconds: float, *, session: Any
+) -> None:
+    """Record the start, hold the transaction open a while, then apply (one row)."""
+    append_line(path, "start", transfer_id)
+    time.sleep(seconds)
+    session.execute(applied.insert().values(transfer_id=transfer_id))
+
+
+@app.task(transactional=True)
+def failing_transfer(transfer_id: int, *, session: Any) -> None:
+    """Write, then fail: the write and the key must both roll back."""
+    session.execute(applied.insert().values(transfer_id=transfer_id))
+    raise RuntimeError("the payment provider said no")
+
+
+# -- retries (tests/system/test_worker_retries.py) -------------------------------------------
+
+
+@app.task(autoretry_for=(ConnectionError,), retry_backoff=0.1, retry_jitter=False)
+def flaky(path: str, failures: int) -> None:
+    """Record ``flaky <run>``; raise ConnectionError on the first ``failures`` runs."""
+    run = sum(1 for line in read_lines(path) if line[0] == "flaky") + 1
+    append_line(path, "flaky", run)
+    if run <= failures:
+        raise ConnectionError(f"run {run}: the provider is down")
+
+
+@app.task(
+    autoretry_for=(ConnectionError,), max_retries=2, retry_backoff=0.05, retry_jitter=False
+)
+def always_down(path: str) -> None:
+    """Record ``down``, then raise ConnectionError: exhausts its two retries."""
+    append_line(path, "down")
+    raise ConnectionError("the provider is down")
+
+
+@app.task(bind=True, max_retries=5)
+def asks_for_retries(self: Any, path: str, until: int) -> None:
+    """Record ``attempt <retries>``; ask for a 0.2 s retry until ``until`` retries were done."""
+    append_line(path, "attempt", self.request.retries)
+    if self.request.retries < until:
+        raise self.retry(countdown=0.2)
+
+
+@app.task(time_limit_s=1.0, max_retries=1, retry_backoff=0.1)
+def overrun_retried(path: str) -> None:
+    """Record the start, then run past the 1 s hard limit; one retry is allowed."""
+    append_line(path, "start")
+    time.sleep(60)
+
+
+@app.task(
+    autoretry_for=(ConnectionError,), max_retries=5, retry_backoff=2.0, retry_jitter=False
+)
+def down_until(path: str, flag: str) -> None:
+    """Record ``run``; raise ConnectionError until the file ``flag`` exists."""
+    append_line(path, "run")
+    if not os.path.exists(flag):
+        raise ConnectionError("the provider is down")

@@ -75,19 +75,18 @@ class OutboxStore:
 
         A row whose id or idempotency key is already in the outbox is skipped.
 
+        ``target`` may also be an object with a ``taskq_add_outbox_row(row) -> bool`` method:
+        a framework's own connection (``taskq.contrib.django``), which runs the SQL of
+        :func:`compile_insert` in its own transaction.
+
         Returns:
             ``True`` if the row was inserted, ``False`` if it was a duplicate.
         """
+        add_row = getattr(target, "taskq_add_outbox_row", None)
+        if add_row is not None:
+            return bool(add_row(row))
         dialect = dialect_of(target)
-        values = _row_values(row)
-        if dialect == "postgresql":
-            stmt: Any = postgresql.insert(outbox_table).values(values).on_conflict_do_nothing()
-        elif dialect == "sqlite":
-            stmt = sqlite.insert(outbox_table).values(values).on_conflict_do_nothing()
-        else:
-            stmt = outbox_table.insert().values(values)
-        # RETURNING rather than rowcount, which psycopg reports as -1 for ON CONFLICT.
-        inserted = target.execute(stmt.returning(outbox_table.c.id)).first() is not None
+        inserted = target.execute(insert_statement(row, dialect)).first() is not None
         if inserted and dialect == "postgresql":
             self._notify_once(target)
         return inserted
@@ -181,6 +180,50 @@ class OutboxStore:
             now = last + timedelta(microseconds=1)
         self._last_created_at = now
         return now
+
+
+def insert_statement(row: OutboxRow, dialect: str) -> Any:
+    """The INSERT of ``row`` for ``dialect``: skips duplicates and returns the id if inserted."""
+    values = _row_values(row)
+    if dialect == "postgresql":
+        stmt: Any = postgresql.insert(outbox_table).values(values).on_conflict_do_nothing()
+    elif dialect == "sqlite":
+        stmt = sqlite.insert(outbox_table).values(values).on_conflict_do_nothing()
+    else:
+        stmt = outbox_table.insert().values(values)
+    # RETURNING rather than rowcount, which psycopg reports as -1 for ON CONFLICT.
+    return stmt.returning(outbox_table.c.id)
+
+
+# Dialects that render ``%s`` placeholders, the style of Django's cursors on every backend.
+_FORMAT_DIALECTS: dict[str, Any] = {
+    "postgresql": postgresql.psycopg.dialect(paramstyle="format"),  # type: ignore[no-untyped-call]
+    "sqlite": sqlite.pysqlite.dialect(paramstyle="format"),
+}
+
+
+def compile_insert(row: OutboxRow, dialect: str) -> tuple[str, list[Any]]:
+    """The SQL text of :func:`insert_statement`, with ``%s`` placeholders, and its parameters.
+
+    For connections that SQLAlchemy does not manage (``taskq.contrib.django``): the values
+    are converted exactly as SQLAlchemy would convert them (e.g. SQLite datetimes), so rows
+    written this way and rows written through a ``Session`` look the same to the relay.
+
+    Raises:
+        OutboxError: ``dialect`` is neither ``postgresql`` nor ``sqlite``.
+    """
+    sa_dialect = _FORMAT_DIALECTS.get(dialect)
+    if sa_dialect is None:
+        raise OutboxError(
+            f"the outbox supports PostgreSQL and SQLite connections, not {dialect!r}"
+        )
+    compiled = insert_statement(row, dialect).compile(dialect=sa_dialect)
+    values = compiled.construct_params()
+    params = []
+    for name in compiled.positiontup or ():
+        process = compiled.binds[name].type.dialect_impl(sa_dialect).bind_processor(sa_dialect)
+        params.append(process(values[name]) if process else values[name])
+    return str(compiled), params
 
 
 def _row_values(row: OutboxRow) -> dict[str, Any]:

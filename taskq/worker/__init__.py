@@ -7,6 +7,7 @@ module                    responsibility
 ``process``               child entry: import the app from ``module:app``, run the loop
 ``loop``                  delivery -> checks -> decode -> execute -> exactly one action
 ``execution``             run one task function, return an Outcome; knows nothing of pika
+``retrying``              publish a retry (or an early delivery) to run later, then ack
 ``time_limits``           soft limit (SIGALRM) and the slot the supervisor watches
 ``deaths``                per-supervisor record of messages that killed their process
 ========================  ==================================================================

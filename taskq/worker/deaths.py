@@ -3,8 +3,9 @@
 When a worker process dies holding a message, the broker redelivers that message -- possibly
 to a process that dies the same way. To break such a crash loop the supervisor records each
 death in a small state directory (one file per message id), and a worker process that gets a
-*redelivered* message looks it up there: after ``max_process_deaths`` deaths, or after a
-hard time-limit kill, the message goes to ``Q.dlq`` instead of running again.
+*redelivered* message looks it up there: after ``max_process_deaths`` deaths the message
+goes to ``Q.dlq`` instead of running again, and a hard time-limit kill counts as a failed
+attempt under the task's retry policy (a delayed retry, or ``Q.dlq`` when none is left).
 
 Counts live per supervisor (the directory is created at start and removed at exit): two
 ``taskq worker`` commands on one queue each count only the deaths of their own processes, so

@@ -1,19 +1,23 @@
 """Run one task function and describe what happened as an :data:`Outcome` value.
 
 This module decides nothing about the broker and knows nothing of pika: the worker loop turns
-each outcome into exactly one broker action (ack, or dead-letter then ack).
+each outcome into exactly one broker action (ack; retry later, see :mod:`taskq.retry`; or
+dead-letter then ack). While the task runs, :data:`taskq.task.current_request` holds its
+:class:`~taskq.task.Request`, which is how task code reads ``self.request``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from taskq.errors import Reject, Retry
+from taskq.task import Request, current_request
 from taskq.worker.time_limits import SoftTimeLimit
 
 logger = logging.getLogger(__name__)
@@ -34,19 +38,24 @@ class Succeeded:
 
 @dataclass(frozen=True, slots=True)
 class Failed:
-    """The task raised; until retry policies exist the message is dead-lettered.
+    """The task raised; the retry policy decides between a retry and a dead letter.
+
+    For a :class:`~taskq.errors.Retry` that carries the failure behind it, the type, message
+    and traceback describe that failure (what a dead letter should show).
 
     Args:
         exc_type: Name of the exception class (``ValueError``, ``SoftTimeLimitExceeded``).
         message: ``str()`` of the exception.
         traceback: The formatted traceback text.
         duration_s: Wall time until the exception.
+        exc: The exception itself, for the retry policy (``None`` when not known).
     """
 
     exc_type: str
     message: str
     traceback: str
     duration_s: float
+    exc: BaseException | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +81,7 @@ def execute(
     *,
     soft_time_limit_s: float | None = None,
     soft_limit: SoftTimeLimit | None = None,
+    request: Request | None = None,
 ) -> Outcome:
     """Call ``fn(*args, **kwargs)`` and return what happened; never raises for task errors.
 
@@ -81,10 +91,25 @@ def execute(
         kwargs: Keyword arguments from the envelope.
         soft_time_limit_s: Raise ``SoftTimeLimitExceeded`` inside the task after this long.
         soft_limit: The process's SIGALRM timer; required when ``soft_time_limit_s`` is set.
+        request: What task code sees as ``self.request`` while it runs.
 
     Returns:
         :class:`Succeeded`, :class:`Failed` or :class:`Rejected`.
     """
+    token = current_request.set(request)
+    try:
+        return _call(fn, args, kwargs, soft_time_limit_s, soft_limit)
+    finally:
+        current_request.reset(token)
+
+
+def _call(
+    fn: Callable[..., Any],
+    args: list[Any],
+    kwargs: dict[str, Any],
+    soft_time_limit_s: float | None,
+    soft_limit: SoftTimeLimit | None,
+) -> Outcome:
     started = time.perf_counter()
     try:
         if soft_time_limit_s is None or soft_limit is None:
@@ -100,18 +125,16 @@ def execute(
 
 def failure(exc: BaseException, duration_s: float) -> Failed:
     """Describe ``exc`` (being handled) as a :class:`Failed` outcome."""
-    if isinstance(exc, Retry):
-        # Retry policies arrive in a later release; until then a retry request cannot be
-        # honoured, and dead-lettering it is the only outcome that loses nothing.
-        message = "the task asked for a retry, but this taskq version has no retries yet"
-    else:
-        message = str(exc)
-    tb = exc.__traceback__
+    shown = exc
+    if isinstance(exc, Retry) and exc.exc is not None:
+        # A dead letter after the last retry should name the real failure, not "Retry".
+        shown = exc.exc
+    tb = shown.__traceback__
     # Start at the task's own frame: taskq's frames above it say nothing to the reader.
     while tb is not None and tb.tb_frame.f_globals.get("__name__") == __name__:
         tb = tb.tb_next
-    text = "".join(traceback.format_exception(type(exc), exc, tb))
-    return Failed(type(exc).__name__, message, text, duration_s)
+    text = "".join(traceback.format_exception(type(shown), shown, tb))
+    return Failed(type(shown).__name__, str(shown), text, duration_s, exc)
 
 
 def _call_with_soft_limit(
@@ -126,3 +149,25 @@ def _call_with_soft_limit(
         return fn(*args, **kwargs)
     finally:
         soft_limit.disarm()
+
+
+def in_task_context(
+    fn: Callable[..., Any],
+    factories: Sequence[Callable[[], contextlib.AbstractContextManager[Any]]],
+) -> Callable[..., Any]:
+    """Return ``fn`` wrapped so that each call runs inside ``factories``' context managers.
+
+    The app's ``task_context`` (e.g. a Flask application context) is applied this way,
+    outermost first. With no factories ``fn`` itself is returned: the hot path pays nothing.
+    """
+    if not factories:
+        return fn
+    frozen = tuple(factories)
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with contextlib.ExitStack() as stack:
+            for factory in frozen:
+                stack.enter_context(factory())
+            return fn(*args, **kwargs)
+
+    return call

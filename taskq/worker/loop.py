@@ -1,9 +1,11 @@
 """The consumer loop of one worker process: delivery -> checks -> execute -> one action.
 
-For each delivery, in order: size check, crash-loop check (redeliveries only), decode,
-registry lookup, execute, then exactly one outcome action: ack on success; otherwise publish
-a copy to the dead-letter exchange (confirmed) and *then* ack. If that publish fails the
-delivery is requeued rather than acked, so nothing is ever dropped silently.
+For each delivery, in order: size check, crash-loop and time-limit check (redeliveries
+only), decode, early-eta check, registry lookup, execute, then exactly one outcome action:
+ack on success; a retry the policy allows (:mod:`taskq.retry`) is published through the delay
+backend (confirmed) and *then* the delivery acked; otherwise a copy goes to the dead-letter
+exchange (confirmed) and *then* the delivery is acked. If a publish fails the delivery is
+requeued rather than acked, so nothing is ever dropped silently.
 
 This is the hot path. Everything that can be is computed once in ``__init__`` (task plans,
 log-level checks, the size limit); per message there are no imports, no string formatting
@@ -12,15 +14,35 @@ unless the log level is enabled, and no database calls.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from taskq.errors import DecodeError, TaskqError
-from taskq.message import RETRIES, TASK, WireMessage, dead_letter_headers, decode
-from taskq.worker.execution import Failed, Outcome, Rejected, Succeeded, execute
+from taskq.errors import DecodeError, Retry, TaskqError, TimeLimitExceeded
+from taskq.message import RETRIES, TASK, Envelope, WireMessage, dead_letter_headers, decode
+from taskq.retry import (
+    Decision,
+    GiveUp,
+    RetryOverrides,
+    RetryPolicy,
+    decide,
+    resolve_policy,
+)
+from taskq.task import Request
+from taskq.worker.dedupe import Deduplicator, Duplicate, Unavailable
+from taskq.worker.execution import (
+    Failed,
+    Outcome,
+    Rejected,
+    Succeeded,
+    execute,
+    in_task_context,
+)
+from taskq.worker.retrying import Retrier
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -37,6 +59,9 @@ _IDLE_POLL_S = 0.5
 _DEAD_LETTER_RETRY_PAUSE_S = 1.0
 # Longest wait for the supervisor to record the death of a sibling that held a message.
 _DEATH_RECORD_WAIT_S = 2.0
+# A delivery due later than this is sent back to wait in the broker instead of run early
+# (a delay backend hiccup); clocks of producer and worker may differ by less.
+_EARLY_TOLERANCE_S = 1.0
 
 
 class _Plan(NamedTuple):
@@ -45,6 +70,9 @@ class _Plan(NamedTuple):
     fn: Any
     soft_time_limit_s: float | None
     time_limit_s: float | None
+    idempotent: bool
+    transactional: bool
+    policy: RetryPolicy
 
 
 class WorkerLoop:
@@ -82,6 +110,9 @@ class WorkerLoop:
         self._traceback_max_chars = settings.traceback_max_chars
         self._dlx = app.topology.dlx
         self._plans = {task.name: _plan(task) for task in app.registry}
+        self._dedupe = Deduplicator(app)
+        self._retrier = Retrier(app)
+        self._default_policy = RetryPolicy.from_settings(settings)
         self._debug = logger.isEnabledFor(logging.DEBUG)
         self._info = logger.isEnabledFor(logging.INFO)
         self._parent_pid = os.getppid()
@@ -133,6 +164,8 @@ class WorkerLoop:
                 "task %s[%s] received from %s (redelivered=%s)",
                 name, envelope.task_id, delivery.queue, delivery.is_redelivered,
             )
+        if envelope.eta is not None and self._postponed(delivery, name, envelope.eta):
+            return
         plan = self._plans.get(name) or self._lookup(name)
         if plan is None:
             self.dead_letter(
@@ -141,7 +174,12 @@ class WorkerLoop:
             return
         if self._debug:
             logger.debug("task %s[%s] from %s started", name, envelope.task_id, delivery.queue)
-        outcome = self._execute(plan, envelope.task_id, envelope.args, envelope.kwargs)
+        if plan.idempotent:
+            outcome = self._run_idempotent(delivery, plan, envelope)
+            if outcome is None:
+                return
+        else:
+            outcome = self._execute(plan, envelope, envelope.kwargs, delivery)
         self.tasks_done += 1
         if outcome.__class__ is Succeeded:
             delivery.ack()
@@ -153,9 +191,51 @@ class WorkerLoop:
             return
         self._settle_failure(delivery, name, envelope.task_id, envelope.retries, outcome)
 
+    def _run_idempotent(
+        self, delivery: Delivery, plan: _Plan, envelope: Envelope
+    ) -> Outcome | None:
+        """Run through the idempotency table; ``None`` when the delivery is settled here."""
+        task_id, name = envelope.task_id, envelope.task
+        key = envelope.idempotency_key or task_id
+        result = self._dedupe.run(
+            key,
+            name,
+            envelope.kwargs,
+            lambda kwargs: self._execute(plan, envelope, kwargs, delivery),
+            transactional=plan.transactional,
+        )
+        if isinstance(result, Duplicate):
+            delivery.ack()
+            if self._info:
+                logger.info(
+                    "task %s[%s] from %s is a duplicate (key %s already done); skipped",
+                    name, task_id, delivery.queue, key,
+                )
+            return None
+        if isinstance(result, Unavailable):
+            logger.error(
+                "task %s[%s] from %s not run: %s; returning it to the queue",
+                name, task_id, delivery.queue, result.error,
+            )
+            time.sleep(_DEAD_LETTER_RETRY_PAUSE_S)
+            delivery.reject(requeue=True)
+            return None
+        return result
+
     def _execute(
-        self, plan: _Plan, task_id: str, args: list[Any], kwargs: dict[str, Any]
+        self, plan: _Plan, envelope: Envelope, kwargs: dict[str, Any], delivery: Delivery
     ) -> Outcome:
+        task_id = envelope.task_id
+        request = Request(
+            task_id,
+            envelope.task,
+            envelope.retries,
+            delivery.queue,
+            envelope.idempotency_key or task_id,
+            envelope.eta,
+            envelope.headers,
+            delivery.is_redelivered,
+        )
         slot = self._slot
         slot.message_id.value = task_id.encode()
         if plan.time_limit_s is not None:
@@ -163,10 +243,11 @@ class WorkerLoop:
             slot.deadline.value = time.monotonic() + plan.time_limit_s
         outcome = execute(
             plan.fn,
-            args,
+            envelope.args,
             kwargs,
             soft_time_limit_s=plan.soft_time_limit_s,
             soft_limit=self._soft_limit,
+            request=request,
         )
         if plan.time_limit_s is not None:
             slot.deadline.value = 0.0
@@ -184,15 +265,40 @@ class WorkerLoop:
             self.dead_letter(delivery, "Reject", outcome.reason, attempts=retries + 1)
             return
         if isinstance(outcome, Failed):
-            logger.error(
-                "task %s[%s] from %s failed after %.3fs: %s: %s\n%s",
-                name, task_id, delivery.queue, outcome.duration_s,
-                outcome.exc_type, outcome.message, outcome.traceback.rstrip(),
+            decision = self._decide(name, outcome.exc, retries)
+            if isinstance(decision, GiveUp):
+                logger.error(
+                    "task %s[%s] from %s failed after %.3fs, not retried (%s): %s: %s\n%s",
+                    name, task_id, delivery.queue, outcome.duration_s, decision.reason,
+                    outcome.exc_type, outcome.message, outcome.traceback.rstrip(),
+                )
+                self.dead_letter(
+                    delivery, outcome.exc_type, outcome.message,
+                    traceback=outcome.traceback, attempts=retries + 1,
+                )
+                return
+            reason = f"{outcome.exc_type}: {outcome.message}"
+            self._retrier.retry(
+                delivery, task=name, retries=retries, delay_s=decision.delay_s, reason=reason
             )
-            self.dead_letter(
-                delivery, outcome.exc_type, outcome.message,
-                traceback=outcome.traceback, attempts=retries + 1,
-            )
+
+    def _postponed(self, delivery: Delivery, name: str, eta: datetime) -> bool:
+        """Send a delivery that is not due yet back to the broker; ``True`` if settled."""
+        early_s = eta.timestamp() - time.time()
+        if early_s <= _EARLY_TOLERANCE_S:
+            return False
+        self._retrier.postpone(delivery, task=name, delay_s=early_s)
+        return True
+
+    def _decide(self, name: Any, exc: BaseException | None, retries: int) -> Decision:
+        """Ask the task's retry policy (the call's ``max_retries`` wins) what follows."""
+        plan = self._plans.get(name) if isinstance(name, str) else None
+        policy = plan.policy if plan is not None else self._default_policy
+        if exc is None:
+            return GiveUp("the failure is unknown")
+        if isinstance(exc, Retry) and exc.max_retries is not None:
+            policy = resolve_policy(policy, RetryOverrides(max_retries=exc.max_retries))
+        return decide(policy, exc, retries)
 
     def dead_letter(
         self,
@@ -279,18 +385,41 @@ class WorkerLoop:
         record = self._ledger.read(message_id)
         if record is None:
             return False
+        retries = _retries(delivery.message.headers)
         if record.time_limit_s is not None:
-            error_type = "TimeLimitExceeded"
-            error = (
-                f"the task ran past its hard time limit of {record.time_limit_s:g}s; "
-                "its worker process was killed"
-            )
-        elif record.deaths >= self._max_deaths:
-            error_type = "ProcessCrashLoop"
-            error = f"the message killed its worker process {record.deaths} times"
-        else:
+            return self._settle_time_limit(delivery, message_id, record.time_limit_s, retries)
+        if record.deaths < self._max_deaths:
             return False
-        if self.dead_letter(delivery, error_type, error, attempts=record.deaths):
+        error = f"the message killed its worker process {record.deaths} times"
+        # Deaths count as attempts: those of this delivery's retries level, plus the retries.
+        if self.dead_letter(
+            delivery, "ProcessCrashLoop", error, attempts=retries + record.deaths
+        ):
+            self._ledger.forget(message_id)
+        return True
+
+    def _settle_time_limit(
+        self, delivery: Delivery, message_id: str, time_limit_s: float, retries: int
+    ) -> bool:
+        """A hard time-limit kill is a failed attempt: retry per policy, else dead-letter."""
+        error = (
+            f"the task ran past its hard time limit of {time_limit_s:g}s; "
+            "its worker process was killed"
+        )
+        name = delivery.message.headers.get(TASK)
+        decision = self._decide(name, TimeLimitExceeded(error), retries)
+        if isinstance(decision, GiveUp):
+            settled = self.dead_letter(
+                delivery, "TimeLimitExceeded", error, attempts=retries + 1
+            )
+        else:
+            settled = self._retrier.retry(
+                delivery, task=str(name), retries=retries, delay_s=decision.delay_s,
+                reason=f"TimeLimitExceeded: {error}",
+            )
+        if settled:
+            # The copy is a new delivery; a stale record would dead-letter it if it is ever
+            # redelivered.
             self._ledger.forget(message_id)
         return True
 
@@ -325,7 +454,17 @@ class WorkerLoop:
 
 def _plan(task: Any) -> _Plan:
     options = task.options
-    return _Plan(task.fn, options.soft_time_limit_s, options.time_limit_s)
+    # bind=True: the task object is the first argument (self.request, self.retry()).
+    fn = functools.partial(task.fn, task) if options.bind else task.fn
+    return _Plan(
+        # The app's task_context hooks (e.g. a Flask app context) wrap the function once.
+        in_task_context(fn, task.app.task_context),
+        options.soft_time_limit_s,
+        options.time_limit_s,
+        options.idempotent,
+        options.transactional,
+        resolve_policy(RetryPolicy.from_settings(task.app.settings), options.retry_overrides()),
+    )
 
 
 def _retries(headers: dict[str, Any]) -> int:

@@ -75,6 +75,9 @@ class ChildSpec:
 def load_app(path: str) -> App:
     """Import ``module:attribute`` (``module`` alone means ``module:app``) and return the App.
 
+    The attribute may also be an object with a ``taskq_app`` attribute, such as the Flask
+    extension ``taskq.contrib.flask.TaskQ``.
+
     Raises:
         ConfigurationError: the module cannot be imported or the attribute is not an App.
     """
@@ -98,6 +101,8 @@ def load_app(path: str) -> App:
         ) from exc
     for part in attribute.split("."):
         target = getattr(target, part, None)
+    # Framework integrations (taskq.contrib.flask.TaskQ) wrap an App and expose it.
+    target = getattr(target, "taskq_app", target)
     if not isinstance(target, App):
         raise ConfigurationError(
             f"-A {path!r}: {module_name}.{attribute} is {type(target).__name__}, "

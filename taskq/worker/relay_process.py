@@ -38,26 +38,31 @@ logger = logging.getLogger(__name__)
 _RESTART_PAUSE_S = 1.0
 
 
-def ensure_outbox_table(app: App) -> bool:
-    """Make sure ``taskq_outbox`` exists; return whether the relay can run.
+def ensure_table(app: App, table: str, purpose: str) -> bool:
+    """Make sure ``table`` exists; return whether ``purpose`` can go ahead.
 
-    The embedded SQLite default gets its tables created (zero set-up); on other databases
-    tables are the application's to migrate (Alembic with ``taskq.metadata``, or
+    The embedded SQLite default gets taskq's tables created (zero set-up); on other
+    databases tables are the application's to migrate (Alembic with ``taskq.metadata``, or
     ``taskq db create``), so a missing table is reported, not created.
     """
     engine = app.engine
-    if sa.inspect(engine).has_table("taskq_outbox"):
+    if sa.inspect(engine).has_table(table):
         return True
     if engine.dialect.name == "sqlite":
         app.create_tables()
         logger.info("created taskq's tables in %s", engine.url.render_as_string())
         return True
     logger.error(
-        "table taskq_outbox does not exist in %s; create it with `taskq db create -A ...`, "
-        "app.create_tables() or an Alembic migration including taskq.metadata; the relay is "
-        "not running", engine.url.render_as_string(hide_password=True),
+        "table %s does not exist in %s, so %s cannot run; create it with "
+        "`taskq db create -A ...`, app.create_tables() or an Alembic migration including "
+        "taskq.metadata", table, engine.url.render_as_string(hide_password=True), purpose,
     )
     return False
+
+
+def ensure_outbox_table(app: App) -> bool:
+    """Make sure ``taskq_outbox`` exists (see :func:`ensure_table`)."""
+    return ensure_table(app, "taskq_outbox", "the outbox relay")
 
 
 def run_relay(app: App, should_stop: Any) -> int:

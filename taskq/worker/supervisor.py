@@ -32,6 +32,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from taskq.broker.connection import declare, open_connection
+from taskq.errors import ConfigurationError
 from taskq.settings import redact_url
 from taskq.worker.deaths import DeathLedger
 from taskq.worker.process import (
@@ -40,7 +41,7 @@ from taskq.worker.process import (
     ChildSpec,
     child_main,
 )
-from taskq.worker.relay_process import RelayProcess
+from taskq.worker.relay_process import RelayProcess, ensure_table
 from taskq.worker.time_limits import Slot
 
 if TYPE_CHECKING:
@@ -130,6 +131,7 @@ class Supervisor:
         """
         self._warn_about_long_time_limits()
         self._declare_topology()
+        self._ensure_idempotency_table()
         ledger = self._ledger = DeathLedger.create()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STARTUP_BLOCKED_SIGNALS}
         try:
@@ -157,6 +159,27 @@ class Supervisor:
     def _warn_about_long_time_limits(self) -> None:
         for warning in consumer_timeout_warnings(self.app, self.queues):
             logger.warning("%s", warning)
+
+    def _ensure_idempotency_table(self) -> None:
+        """Idempotent tasks need ``taskq_processed``: check (SQLite: create) it once here,
+        before the processes start, rather than racing to create it in each of them."""
+        if not any(task.options.idempotent for task in self.app.registry):
+            return
+        try:
+            ready = ensure_table(self.app, "taskq_processed", "idempotent tasks")
+        except Exception as exc:  # SQLAlchemy errors: unreachable database, bad URL
+            raise ConfigurationError(
+                f"cannot reach the database {redact_url(self.settings.database_url)} that "
+                f"holds idempotency keys: {exc}; idempotent tasks need it (or declare tasks "
+                "with idempotent=False)"
+            ) from exc
+        finally:
+            self.app.close()  # no pooled connection may be inherited by a process
+        if not ready:
+            raise ConfigurationError(
+                "table taskq_processed is missing; run `taskq db create -A ...` (or migrate "
+                "with taskq.metadata), or declare tasks with idempotent=False"
+            )
 
     def _declare_topology(self) -> None:
         topology = self.app.topology

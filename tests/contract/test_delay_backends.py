@@ -136,7 +136,9 @@ class DelayBackendContract:
         broker.delete_queue(queue)  # gone before the message is due
 
         unroutable = topo.unroutable_name(app.settings.namespace)
-        wait_until(lambda: broker.depth(unroutable) == 1, timeout_s=5)
+        # Quorum tiers dead-letter at-least-once through a broker worker that settles in
+        # rounds: parking can take a few seconds there (classic tiers: milliseconds).
+        wait_until(lambda: broker.depth(unroutable) == 1, timeout_s=30)
         [(_, properties, _)] = broker.get_all(unroutable)
         assert properties.message_id == result.id
         assert properties.headers[ETA] >= epoch_ms() - 1000
@@ -183,9 +185,17 @@ class TestClassicTierDelay(DelayBackendContract):
     settings: ClassVar[dict[str, Any]] = {"delay_backend": "tiers"}
 
     def assert_held_by_broker(self, app: App, broker: Any, delay_ms: int) -> None:
-        entry = topo.delay_tier_name(app.settings.namespace, delay_ms.bit_length() - 1,
-                                     app.settings.delay_tier_queue_type)
-        assert broker.depth(entry) == 1
+        # A short delay may already have moved on from its entry tier on a busy machine,
+        # so count it in whichever tier holds it; no tier at or above the delay may.
+        kind = app.settings.delay_tier_queue_type
+        ns = app.settings.namespace
+        top = delay_ms.bit_length() - 1
+        depths = {
+            level: broker.depth(topo.delay_tier_name(ns, level, kind))
+            for level in range(top + 1)
+            if broker.exists(topo.delay_tier_name(ns, level, kind))
+        }
+        assert sum(depths.values()) == 1, depths
 
     def test_thirty_days_wait_in_tier_31(self, app: App, broker: Any) -> None:
         app.registry.get("tick").apply_async((1,), countdown=30 * 86400)

@@ -18,7 +18,9 @@ from taskq.schema import metadata, processed_table
 def store(database_url: str) -> IdempotencyStore:
     engine = create_engine(database_url)
     metadata.create_all(engine)
-    yield IdempotencyStore(engine)
+    store = IdempotencyStore(engine)
+    yield store
+    store.close()
     engine.dispose()
 
 

@@ -44,7 +44,7 @@ def start_worker(
 
     def start(
         *args: str, env: dict[str, str] | None = None, loglevel: str = "DEBUG",
-        relay: bool = False,
+        relay: bool = False, app_path: str = "tests.tasks:app",
     ) -> Worker:
         # Most tests count worker processes; the relay process is opt-in for them.
         if not relay and "--relay" not in args and "--no-relay" not in args:
@@ -60,7 +60,7 @@ def start_worker(
         }
         log_path = tmp_path / f"worker-{len(workers) + 1}.log"
         command = [
-            sys.executable, "-m", "taskq", "worker", "-A", "tests.tasks:app",
+            sys.executable, "-m", "taskq", "worker", "-A", app_path,
             "--loglevel", loglevel, *args,
         ]
         with open(log_path, "wb") as log:

@@ -47,15 +47,30 @@ def test_reject_becomes_rejected_with_its_reason() -> None:
     assert outcome == Rejected("the order was cancelled", outcome.duration_s)
 
 
-def test_retry_request_fails_until_retries_exist() -> None:
+def test_a_retry_request_is_a_failure_carrying_the_request_for_the_policy() -> None:
     def again() -> None:
-        raise Retry()
+        raise Retry(0.5)
 
     outcome = execute(again, [], {})
 
     assert isinstance(outcome, Failed)
     assert outcome.exc_type == "Retry"
-    assert "no retries yet" in outcome.message
+    assert isinstance(outcome.exc, Retry) and outcome.exc.delay_s == 0.5
+
+
+def test_a_retry_with_a_cause_describes_the_cause_for_a_later_dead_letter() -> None:
+    def again() -> None:
+        try:
+            raise ConnectionError("provider down")
+        except ConnectionError as exc:
+            raise Retry(exc=exc) from exc
+
+    outcome = execute(again, [], {})
+
+    assert isinstance(outcome, Failed)
+    assert (outcome.exc_type, outcome.message) == ("ConnectionError", "provider down")
+    assert "raise ConnectionError" in outcome.traceback
+    assert isinstance(outcome.exc, Retry)
 
 
 def test_sys_exit_in_task_code_is_a_failure_not_the_end_of_the_worker() -> None:

@@ -15,7 +15,11 @@ LAYERS = {
         "broker", "broker.connection", "broker.publisher", "broker.subscription", "db",
         "schema", "outbox.store", "idempotency", "results", "delay",
     },
-    3: {"app", "task", "registry", "middleware", "outbox", "outbox.relay", "worker", "dlq"},
+    3: {
+        "app", "task", "registry", "middleware", "outbox", "outbox.relay", "worker", "dlq",
+        "status",
+        "eager",
+    },
     4: {"cli", "testing", "contrib", "__main__", "__init__"},
 }
 

@@ -41,6 +41,11 @@ class Recorder:
             raise PublishError("broker unreachable")
         self.events.append(("publish", exchange, routing_key, wire))
 
+    def publish_delayed(self, wire: WireMessage, *, queue: str, delay_s: float) -> None:
+        if self.publish_fails:
+            raise PublishError("broker unreachable")
+        self.events.append(("delayed", queue, delay_s, wire))
+
     def stop_consuming(self) -> None:
         pass
 
@@ -54,6 +59,10 @@ class _App(App):
     def publisher(self) -> Any:  # type: ignore[override]
         return self._recorder
 
+    def publish_delayed(self, wire: WireMessage, *, queue: str, delay_s: Any) -> None:
+        # The delay backends have their own tests; here only the order of actions matters.
+        self._recorder.publish_delayed(wire, queue=queue, delay_s=delay_s)
+
 
 @pytest.fixture
 def recorder() -> Recorder:
@@ -61,8 +70,11 @@ def recorder() -> Recorder:
 
 
 @pytest.fixture
-def app(recorder: Recorder) -> _App:
-    app = _App(recorder, max_message_size_bytes=500)
+def app(recorder: Recorder, tmp_path: Path) -> _App:
+    app = _App(
+        recorder, max_message_size_bytes=500, database_url=f"sqlite:///{tmp_path}/taskq.db"
+    )
+    app.create_tables()  # tasks are idempotent by default: taskq_processed is consulted
     ran = app.ran = []  # type: ignore[attr-defined]
 
     @app.task(name="ok")
@@ -172,12 +184,13 @@ def test_a_redelivered_message_with_fewer_deaths_runs_again(
     assert app.ran == [1]  # type: ignore[attr-defined]
 
 
-def test_a_time_limit_kill_dead_letters_the_redelivered_message(
+def test_a_time_limit_kill_dead_letters_the_redelivered_message_with_no_retries_left(
     app: _App, recorder: Recorder, tmp_path: Path
 ) -> None:
     DeathLedger(str(tmp_path)).record_death("id-1", time_limit_s=2.0)
+    exhausted = encode(Envelope(task_id="id-1", task="ok", args=[1], retries=3))
 
-    make_loop(app, recorder, tmp_path).handle(delivery(recorder, wire("ok", 1), redelivered=True))
+    make_loop(app, recorder, tmp_path).handle(delivery(recorder, exhausted, redelivered=True))
 
     headers = recorder.events[0][3].headers
     assert headers["taskq-error-type"] == "TimeLimitExceeded"

@@ -1,0 +1,75 @@
+"""Django models of taskq's tables (DESIGN §5), for queries and the admin.
+
+The tables belong to taskq (:mod:`taskq.schema`); the migrations create them with exactly
+taskq's DDL, and these models describe them to Django. Treat them as read-only: the relay
+and the worker write these rows.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class OutboxMessage(models.Model):
+    """A task waiting in ``taskq_outbox`` for the relay to publish it."""
+
+    id = models.CharField(max_length=36, primary_key=True)
+    queue = models.CharField(max_length=255)
+    task = models.CharField(max_length=255)
+    body = models.BinaryField()
+    headers = models.BinaryField()
+    priority = models.SmallIntegerField(default=0)
+    eta = models.DateTimeField(null=True)
+    idempotency_key = models.CharField(max_length=255, null=True, unique=True)
+    created_at = models.DateTimeField()
+    attempts = models.IntegerField(default=0)
+    next_attempt_at = models.DateTimeField()
+    last_error = models.TextField(null=True)
+
+    class Meta:
+        db_table = "taskq_outbox"
+        indexes = [
+            models.Index(fields=["next_attempt_at", "created_at"], name="ix_taskq_outbox_due")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task}[{self.id}] -> {self.queue}"
+
+
+class ProcessedKey(models.Model):
+    """The idempotency key of a task that finished (``taskq_processed``)."""
+
+    key = models.CharField(max_length=255, primary_key=True)
+    task = models.CharField(max_length=255)
+    finished_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "taskq_processed"
+        indexes = [
+            models.Index(fields=["finished_at"], name="ix_taskq_processed_finished_at")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task} {self.key}"
+
+
+class TaskResult(models.Model):
+    """A task's state and result (``taskq_results``)."""
+
+    task_id = models.CharField(max_length=36, primary_key=True)
+    task = models.CharField(max_length=255)
+    state = models.CharField(max_length=16)
+    result = models.BinaryField(null=True)
+    error = models.TextField(null=True)
+    traceback = models.TextField(null=True)
+    retries = models.IntegerField(default=0)
+    created_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True)
+    finished_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "taskq_results"
+        indexes = [models.Index(fields=["finished_at"], name="ix_taskq_results_finished_at")]
+
+    def __str__(self) -> str:
+        return f"{self.task}[{self.task_id}] {self.state}"

@@ -1,0 +1,175 @@
+"""``taskq status``: what waits where, and who is consuming it.
+
+:func:`collect` gathers one :class:`Status`: per work queue ready and unacked messages and
+consumers, each ``Q.dlq``'s depth, ``<ns>.unroutable``, messages waiting in the delay tiers,
+the delay backend, and the outbox backlog. It never raises for a part that cannot be read:
+the part carries an error line instead, so a database outage still shows the broker's side.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from taskq.broker import topology as topo
+from taskq.broker.inspect import QueueStats, snapshot
+from taskq.errors import TaskqError
+from taskq.settings import redact_url
+
+if TYPE_CHECKING:
+    from taskq.app import App
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """One work queue and its parking lot."""
+
+    name: str
+    exists: bool
+    ready: int
+    unacked: int | None
+    consumers: int
+    dead_letters: int
+
+
+@dataclass(frozen=True)
+class OutboxStatus:
+    """The outbox backlog (``error`` set when the database could not be read)."""
+
+    rows: int | None = None
+    oldest_age_s: float | None = None
+    failing_rows: int | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Status:
+    """Everything ``taskq status`` shows."""
+
+    app: str
+    broker_url: str
+    database_url: str
+    source: str | None
+    queues: list[QueueStatus] = field(default_factory=list)
+    unroutable: int | None = None
+    delayed: int | None = None
+    delay_backend: str | None = None
+    outbox: OutboxStatus = field(default_factory=OutboxStatus)
+    broker_error: str | None = None
+
+    @property
+    def consumers(self) -> int:
+        """Consumers across the work queues (one per worker process and queue)."""
+        return sum(q.consumers for q in self.queues)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dictionary (``--json``)."""
+        data = asdict(self)
+        data["consumers"] = self.consumers
+        return data
+
+
+def collect(app: App, queues: list[str] | None = None) -> Status:
+    """Gather the status of ``queues`` (default: every queue the app knows)."""
+    names = queues or app.queue_names()
+    broker = _broker_part(app, names)
+    return Status(
+        app=app.name,
+        broker_url=redact_url(app.settings.broker_url),
+        database_url=redact_url(app.settings.database_url),
+        outbox=_outbox_part(app),
+        **broker,
+    )
+
+
+def _tier_names(app: App) -> list[str]:
+    ns = app.settings.namespace
+    return [
+        topo.delay_tier_name(ns, level, kind)
+        for kind in ("classic", "quorum")
+        for level in range(topo.DELAY_TIER_LEVELS)
+    ]
+
+
+def _broker_part(app: App, names: list[str]) -> dict[str, Any]:
+    unroutable = topo.unroutable_name(app.settings.namespace)
+    tiers = _tier_names(app)
+    wanted = [*names, *(topo.dlq_name(n) for n in names), unroutable, *tiers]
+    try:
+        shot = snapshot(app.settings, wanted)
+    except TaskqError as exc:
+        return {"source": None, "broker_error": str(exc)}
+    stats = shot.queues
+    empty = QueueStats("", 0, None, 0)
+    queues = [
+        QueueStatus(
+            name=name,
+            exists=name in stats,
+            ready=stats.get(name, empty).ready,
+            unacked=stats.get(name, empty).unacked,
+            consumers=stats.get(name, empty).consumers,
+            dead_letters=stats.get(topo.dlq_name(name), empty).ready,
+        )
+        for name in names
+    ]
+    return {
+        "source": shot.source,
+        "queues": queues,
+        "unroutable": stats.get(unroutable, empty).ready,
+        "delayed": sum(stats[t].ready + (stats[t].unacked or 0) for t in tiers if t in stats),
+        "delay_backend": _delay_backend(app),
+    }
+
+
+def _delay_backend(app: App) -> str | None:
+    try:
+        return str(app.delay_backend_name)
+    except TaskqError as exc:
+        logger.debug("delay backend unknown: %s", exc)
+        return None
+
+
+def _outbox_part(app: App) -> OutboxStatus:
+    try:
+        backlog = app.outbox_backlog()
+    except Exception as exc:  # OutboxError, or the engine cannot even be built
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        return OutboxStatus(
+            error=f"cannot read the outbox at {redact_url(app.settings.database_url)}: "
+            f"{first_line}"
+        )
+    return OutboxStatus(backlog.rows, backlog.oldest_age_s(), backlog.failing_rows)
+
+
+def render(status: Status) -> str:
+    """The human-readable table ``taskq status`` prints."""
+    lines = [f"taskq status of app {status.app}"]
+    if status.broker_error:
+        lines.append(f"  broker: ERROR {status.broker_error}")
+    else:
+        how = (
+            "management API" if status.source == "management"
+            else "AMQP passive declare (unacked unknown: enable rabbitmq_management)"
+        )
+        lines.append(f"  broker: {status.broker_url} via {how}")
+        lines.append(f"  {'queue':<32} {'ready':>8} {'unacked':>8} {'consumers':>9} "
+                     f"{'dead':>6}")
+        for q in status.queues:
+            unacked = "-" if q.unacked is None else str(q.unacked)
+            name = q.name if q.exists else f"{q.name} (not declared)"
+            lines.append(f"  {name:<32} {q.ready:>8} {unacked:>8} {q.consumers:>9} "
+                         f"{q.dead_letters:>6}")
+        lines.append(f"  unroutable (parked): {status.unroutable}")
+        lines.append(f"  delayed (in delay tiers): {status.delayed}; delay backend: "
+                     f"{status.delay_backend or 'unknown'}")
+        lines.append(f"  workers: {status.consumers} consumers on these queues")
+    outbox = status.outbox
+    if outbox.error:
+        lines.append(f"  outbox: ERROR {outbox.error}")
+    else:
+        lines.append(f"  outbox ({status.database_url}): {outbox.rows} rows waiting, oldest "
+                     f"{outbox.oldest_age_s or 0:.1f}s, {outbox.failing_rows} failing")
+    return "\n".join(lines)

@@ -1,0 +1,118 @@
+"""Idempotent execution in the worker: skip what is done, record what succeeded.
+
+The loop asks :class:`Deduplicator` to run a task whose plan is ``idempotent``; it answers
+with the task's :data:`~taskq.worker.execution.Outcome`, or with :class:`Duplicate` (the key
+is already recorded: ack without running) or :class:`Unavailable` (the table could not be
+reached: requeue, do not run blind). See :mod:`taskq.idempotency` for the guarantees of each
+mode.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from taskq.errors import IdempotencyError
+from taskq.worker.execution import Outcome, Succeeded, failure
+
+if TYPE_CHECKING:
+    from taskq.app import App
+    from taskq.idempotency import IdempotencyStore
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Duplicate:
+    """The idempotency key is already recorded: the task ran before; ack and skip."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unavailable:
+    """The idempotency table could not be reached; the message goes back to the queue."""
+
+    error: str
+
+
+Execute = Callable[[dict[str, Any]], Outcome]
+
+
+class Deduplicator:
+    """Runs idempotent and transactional tasks against ``taskq_processed``.
+
+    Args:
+        app: The worker's app; its ``engine`` (``database_url``) holds the table.
+    """
+
+    def __init__(self, app: App) -> None:
+        self._app = app
+        self._store: IdempotencyStore | None = None
+        self.duplicates = 0
+
+    @property
+    def store(self) -> IdempotencyStore:
+        """The store, created on first use in this process."""
+        if self._store is None:
+            from taskq.idempotency import IdempotencyStore
+
+            self._store = IdempotencyStore(self._app.engine)
+        return self._store
+
+    def run(
+        self,
+        key: str,
+        task: str,
+        kwargs: dict[str, Any],
+        execute: Execute,
+        *,
+        transactional: bool,
+    ) -> Outcome | Duplicate | Unavailable:
+        """Run ``execute(kwargs)`` at most once per ``key`` (see the module docstring)."""
+        if transactional:
+            return self._run_in_transaction(key, task, kwargs, execute)
+        try:
+            if self.store.is_done(key):
+                self.duplicates += 1
+                return Duplicate(key)
+        except IdempotencyError as exc:
+            return Unavailable(str(exc))
+        outcome = execute(kwargs)
+        if outcome.__class__ is Succeeded:
+            self._record(key, task)
+        return outcome
+
+    def _record(self, key: str, task: str) -> None:
+        try:
+            self.store.record(key, task)
+        except IdempotencyError as exc:
+            # The task has run; running it again because its key was not written would be
+            # worse than the small window this leaves for a duplicate.
+            logger.error("task %s succeeded but its key was not recorded: %s", task, exc)
+
+    def _run_in_transaction(
+        self, key: str, task: str, kwargs: dict[str, Any], execute: Execute
+    ) -> Outcome | Duplicate | Unavailable:
+        try:
+            session = self.store.begin(key, task)
+        except IdempotencyError as exc:
+            return Unavailable(str(exc))
+        if session is None:
+            self.duplicates += 1
+            return Duplicate(key)
+        try:
+            outcome = execute({**kwargs, "session": session})
+            if outcome.__class__ is Succeeded:
+                try:
+                    session.commit()
+                except Exception as exc:  # the commit decides: no key, no writes
+                    session.rollback()
+                    return failure(exc, outcome.duration_s)
+            else:
+                session.rollback()
+            return outcome
+        finally:
+            session.close()

@@ -1,0 +1,326 @@
+"""Django integration, through the example shop, against real RabbitMQ and PostgreSQL.
+
+Django is set up once in this process (the example's settings, a PostgreSQL schema of this
+session); nothing else in the suite imports it. Worker subprocesses run
+``manage.py taskq worker`` with the same settings.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import types
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from taskq import App, ConfigurationError, SerializationError
+from taskq.schema import metadata
+from taskq.testing import WorkerProcess, eager
+from tests.conftest import BROKER_URL, POSTGRES_URL, delete_topology
+from tests.contrib.conftest import ROOT, count_rows, schema_url
+from tests.support.waiting import wait_until
+
+SHOP_DIR = ROOT / "examples" / "django_shop"
+
+
+def shop_database_env(schema: str) -> dict[str, str]:
+    """The example settings' SHOP_DATABASE_* variables for POSTGRES_URL, in ``schema``."""
+    url = sa.engine.make_url(POSTGRES_URL)
+    return {
+        "SHOP_DATABASE_NAME": url.database or "",
+        "SHOP_DATABASE_USER": url.username or "",
+        "SHOP_DATABASE_PASSWORD": url.password or "",
+        "SHOP_DATABASE_HOST": url.host or "",
+        "SHOP_DATABASE_PORT": str(url.port or ""),
+        "SHOP_DATABASE_OPTIONS": f"-csearch_path={schema}",
+    }
+
+
+@pytest.fixture(scope="module")
+def django_schema() -> Iterator[str]:
+    """Django set up on the example shop, migrated into a schema of this session."""
+    schema = f"tqd_{uuid.uuid4().hex[:10]}"
+    admin = sa.create_engine(POSTGRES_URL)
+    with admin.begin() as conn:
+        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
+    os.environ.update(shop_database_env(schema))
+    os.environ["DJANGO_SETTINGS_MODULE"] = "shopsite.settings"
+    sys.path.insert(0, str(SHOP_DIR))
+    import django
+    from django.core.management import call_command
+    from django.db import connections
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+    try:
+        yield schema
+    finally:
+        connections.close_all()
+        with admin.begin() as conn:
+            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
+        admin.dispose()
+
+
+@pytest.fixture
+def shop_app(django_schema: str, namespace: str) -> Iterator[App]:
+    """The example's App in this test's namespace; orders and outbox emptied afterwards."""
+    from django.db import connection
+    from orders.models import Order
+
+    from taskq.contrib.django import get_app
+
+    app = get_app()
+    app.configure(
+        broker_url=BROKER_URL, namespace=namespace, default_queue=f"{namespace}.default"
+    )
+    yield app
+    Order.objects.all().delete()
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM taskq_outbox")
+    app.close()
+    delete_topology(app)
+
+
+def post_order(email: str, total_cents: int) -> Any:
+    from django.test import Client
+
+    return Client().post(
+        "/orders", {"email": email, "total_cents": total_cents}, content_type="application/json"
+    )
+
+
+def confirmation(order_id: int) -> str | None:
+    from orders.models import Order
+
+    return Order.objects.get(pk=order_id).confirmation
+
+
+def test_committed_request_enqueues_one_task_that_the_worker_runs_with_django_settings(
+    shop_app: App,
+    django_schema: str,
+    worker_env: dict[str, str],
+    start_command: Callable[..., WorkerProcess],
+    broker: Any,
+    namespace: str,
+) -> None:
+    # When: a request places an order inside transaction.atomic(), before any worker runs
+    response = post_order("ada@example.com", 4200)
+
+    # Then: its outbox row was written through Django's connection and committed
+    assert response.status_code == 201
+    url = schema_url(django_schema)
+    assert count_rows(url, "taskq_outbox") == 1
+    queue = f"{namespace}.default"
+    assert not broker.exists(queue) or broker.depth(queue) == 0
+
+    # When: `manage.py taskq worker` (with its relay) runs
+    worker = start_command(
+        ["manage.py", "taskq", "worker", "-c", "1", "--loglevel", "INFO"],
+        cwd=SHOP_DIR,
+        env={**worker_env, **shop_database_env(django_schema)},
+    )
+
+    # Then: the task ran once, with Django set up, and its write landed
+    order_id = response.json()["id"]
+    wait_until(
+        lambda: confirmation(order_id),
+        timeout_s=30,
+        message=lambda: f"the confirmation; worker log:\n{worker.log()}",
+    )
+    assert confirmation(order_id) == f"Django shop: order #{order_id} confirmed, 42.00 EUR"
+    wait_until(lambda: count_rows(url, "taskq_outbox") == 0, timeout_s=10)
+    assert worker.log().count("confirmation to ada@example.com") == 1
+    assert worker.stop(timeout_s=20) == 0
+
+
+def _fail_after_enqueueing(request: Any) -> Any:
+    from django.db import transaction
+    from orders.views import place_order
+
+    with transaction.atomic():
+        place_order("bob@example.com", 100)
+        raise RuntimeError("payment declined")
+
+
+def _urlpatterns() -> list[Any]:
+    from django.urls import path
+
+    return [path("orders-then-fail", _fail_after_enqueueing)]
+
+
+def __getattr__(name: str) -> Any:  # this module is the failing view's ROOT_URLCONF
+    if name == "urlpatterns":
+        return _urlpatterns()
+    raise AttributeError(name)
+
+
+def test_request_that_raises_after_enqueueing_publishes_nothing(
+    shop_app: App, django_schema: str, broker: Any, namespace: str
+) -> None:
+    from django.test import Client, override_settings
+    from orders.models import Order
+
+    with override_settings(ROOT_URLCONF=__name__), pytest.raises(RuntimeError):
+        Client().post("/orders-then-fail")
+
+    assert Order.objects.count() == 0
+    assert count_rows(schema_url(django_schema), "taskq_outbox") == 0
+    queue = f"{namespace}.default"
+    assert not broker.exists(queue) or broker.depth(queue) == 0
+
+
+def test_delay_outside_an_atomic_block_publishes_directly(shop_app: App, broker: Any) -> None:
+    from orders.models import Order
+    from orders.tasks import send_confirmation
+
+    order = Order.objects.create(email="eve@example.com", total_cents=1)  # autocommit
+
+    result = send_confirmation.delay(order.id)
+
+    assert broker.depth(result.queue) == 1
+    assert Order.objects.get(pk=order.id).confirmation is None  # a worker would run it
+
+
+def test_eager_mode_runs_the_task_on_commit_and_never_on_rollback(shop_app: App) -> None:
+    from django.db import transaction
+    from orders.models import Order
+    from orders.views import place_order
+
+    with eager(shop_app):
+        order_id = post_order("dan@example.com", 999).json()["id"]
+        with pytest.raises(RuntimeError), transaction.atomic():
+            rolled_back = place_order("fay@example.com", 1)
+            raise RuntimeError("rolled back")
+
+    assert confirmation(order_id) == f"Django shop: order #{order_id} confirmed, 9.99 EUR"
+    assert not Order.objects.filter(pk=rolled_back.id).exists()
+
+
+def test_eager_mode_raises_serialization_errors_at_delay(shop_app: App) -> None:
+    from django.db import transaction
+    from orders.tasks import send_confirmation
+
+    with eager(shop_app), transaction.atomic():
+        with pytest.raises(SerializationError, match=r"args\[0\]"):
+            send_confirmation.delay({1, 2})
+
+
+def _columns(url: str, schema: str | None = None) -> dict[str, Any]:
+    """What matters of taskq's tables as the database reports it."""
+    engine = sa.create_engine(url)
+    try:
+        inspector = sa.inspect(engine)
+        dialect = engine.dialect
+        described = {}
+        for table in metadata.sorted_tables:
+            name = table.name
+            described[name] = {
+                "columns": [
+                    (c["name"], c["type"].compile(dialect=dialect), c["nullable"])
+                    for c in inspector.get_columns(name, schema)
+                ],
+                "primary_key": inspector.get_pk_constraint(name, schema)["constrained_columns"],
+                "indexes": sorted(
+                    (i["name"], tuple(i["column_names"]), bool(i["unique"]))
+                    for i in inspector.get_indexes(name, schema)
+                ),
+                "unique": sorted(
+                    tuple(u["column_names"]) for u in inspector.get_unique_constraints(name, schema)
+                ),
+            }
+        return described
+    finally:
+        engine.dispose()
+
+
+def test_migrations_create_exactly_taskq_schema_on_postgresql(
+    django_schema: str, pg_schema: str
+) -> None:
+    from_django = _columns(POSTGRES_URL, django_schema)
+    from_sqlalchemy = _columns(POSTGRES_URL, pg_schema)  # taskq.metadata.create_all()
+
+    assert from_django == from_sqlalchemy
+    assert ("next_attempt_at", "TIMESTAMP WITH TIME ZONE", False) in (
+        from_django["taskq_outbox"]["columns"]
+    )
+
+
+def test_migrations_create_exactly_taskq_schema_on_sqlite(tmp_path: Path) -> None:
+    migrated = tmp_path / "django.sqlite3"
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("SHOP_", "DJANGO_"))},
+        "SHOP_SQLITE_PATH": str(migrated),
+        "PYTHONPATH": str(ROOT),
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "taskq", "-v", "0"],
+        cwd=SHOP_DIR, env=env, check=True, timeout=60,
+    )
+    created = sa.create_engine(f"sqlite:///{tmp_path}/sqlalchemy.sqlite3")
+    metadata.create_all(created)
+    created.dispose()
+
+    assert _columns(f"sqlite:///{migrated}") == _columns(f"sqlite:///{tmp_path}/sqlalchemy.sqlite3")
+
+
+def test_settings_taskq_configures_the_app_over_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, django_schema: str
+) -> None:
+    from taskq.contrib.django.apps import configure
+    from taskq.contrib.django.outbox import OutboxSessions
+
+    monkeypatch.setenv("TASKQ_PREFETCH_COUNT", "5")
+    monkeypatch.setenv("TASKQ_HEARTBEAT_S", "30")
+    module = types.ModuleType("taskq_config_probe")
+    module.app = App("probe")  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    databases = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": "/srv/db.sqlite3"}}
+
+    app = configure({"app": "taskq_config_probe:app", "prefetch_count": 7}, databases)
+
+    assert app.settings.prefetch_count == 7  # settings.TASKQ beats the environment
+    assert app.settings.heartbeat_s == 30  # the environment fills the rest
+    assert app.settings.database_url == "sqlite:////srv/db.sqlite3"
+    assert isinstance(app.session_provider, OutboxSessions)
+    with pytest.raises(ConfigurationError, match="prefech_count"):
+        configure({"app": "taskq_config_probe:app", "prefech_count": 7}, databases)
+    with pytest.raises(ConfigurationError, match="must name the project's App"):
+        configure({}, databases)
+
+
+def test_database_url_is_derived_from_django_databases() -> None:
+    from taskq.contrib.django.outbox import database_url
+
+    assert database_url(
+        {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": "shop",
+            "USER": "ada",
+            "PASSWORD": "p@ss:word",
+            "HOST": "db.internal",
+            "PORT": "5433",
+            "OPTIONS": {"sslmode": "require", "options": "-c search_path=shop", "pool": True},
+        }
+    ) == (
+        "postgresql+psycopg://ada:p%40ss%3Aword@db.internal:5433/shop"
+        "?options=-c%20search_path%3Dshop&sslmode=require"
+    )
+    with pytest.raises(ConfigurationError, match="database_url"):
+        database_url({"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"})
+    with pytest.raises(ConfigurationError, match="database_url"):
+        database_url({"ENGINE": "django.db.backends.mysql", "NAME": "shop"})
+
+
+def test_manage_py_taskq_delegates_to_the_taskq_command_line(django_schema: str) -> None:
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    call_command("taskq", "worker", "--help")  # exits 0: returns
+    with pytest.raises(CommandError, match="status 2"):
+        call_command("taskq", "no-such-command")

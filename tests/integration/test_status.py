@@ -1,0 +1,122 @@
+"""`taskq status` figures against states the test creates, and its errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pika
+from sqlalchemy.orm import Session
+
+from taskq import App
+from taskq.broker import topology as topo
+from taskq.message import encode
+from taskq.status import collect, render
+from tests.conftest import BROKER_URL
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_status_reports_what_the_test_put_there(
+    make_app: Callable[..., App], broker: Any
+) -> None:
+    # Given 4 unconsumed messages, 3 dead letters, 1 parked message, 5 outbox rows, 1 consumer
+    app = make_app()
+    app.create_tables()
+    task = app.task(name="ship")(lambda n: None)
+    queue = task.queue
+    for n in range(4):
+        task.delay(n)
+    for n in range(3):
+        app.publisher.publish(encode(task.envelope((n,))), exchange=app.topology.dlx,
+                              routing_key=queue)
+    # (taskq's own publisher would declare a queue for the key: publish raw instead)
+    broker.channel.basic_publish(app.topology.exchange, f"{queue}-nowhere", b"x")
+    with Session(app.engine) as session, session.begin():
+        for n in range(5):
+            task.delay_on(session, n)
+    consumer = pika.BlockingConnection(pika.URLParameters(BROKER_URL))
+    try:
+        channel = consumer.channel()
+        channel.basic_qos(prefetch_count=1)
+        channel.basic_consume(queue, lambda *a: None)  # holds 1 message unacked
+        consumer.process_data_events(time_limit=0.2)
+
+        # When status is collected
+        status = collect(app)
+    finally:
+        consumer.close()
+
+    # Then it shows exactly that
+    [q] = [q for q in status.queues if q.name == queue]
+    assert status.source == "amqp"
+    assert q.exists and q.consumers == 1 and q.dead_letters == 3
+    assert q.ready + (q.unacked or 0) in (3, 4)  # passive declare counts ready only
+    assert status.unroutable == 1
+    assert status.outbox.rows == 5 and status.outbox.error is None
+    assert status.delay_backend == "tiers"
+    assert status.consumers == 1
+    text = render(status)
+    assert "unacked unknown: enable rabbitmq_management" in text
+    assert "5 rows waiting" in text
+
+
+def test_status_of_a_stopped_worker_shows_no_consumers(make_app: Callable[..., App]) -> None:
+    app = make_app()
+    app.task(name="ship")(lambda n: None).delay(1)
+
+    [q] = collect(app).queues
+
+    assert q.consumers == 0 and q.ready == 1
+
+
+def _status_cli(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    environment = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")},
+        "PYTHONPATH": str(ROOT),
+        **env,
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "taskq", "status", "-A", "tests.tasks:app", "--json"],
+        cwd=ROOT, env=environment, capture_output=True, text=True, timeout=60,
+    )
+
+
+def test_unreachable_broker_and_database_are_one_line_errors_without_passwords(
+    tmp_path: Path,
+) -> None:
+    result = _status_cli({
+        "TASKQ_BROKER_URL": "amqp://guest:s3cret@127.0.0.1:1/%2F",
+        "TASKQ_DATABASE_URL": "postgresql://taskq:hunter2@127.0.0.1:1/nowhere",
+        "TASKQ_CONNECT_TIMEOUT_S": "1",
+    })
+
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert "cannot connect to RabbitMQ at amqp://guest:***@127.0.0.1:1/%2F" in (
+        report["broker_error"]
+    )
+    assert "cannot read the outbox at postgresql://taskq:***@127.0.0.1:1/nowhere" in (
+        report["outbox"]["error"]
+    )
+    assert "s3cret" not in result.stdout + result.stderr
+    assert "hunter2" not in result.stdout + result.stderr
+
+
+def test_status_cli_text_output(namespace: str, tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "taskq", "status", "-A", "tests.tasks:app"],
+        cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")},
+             "PYTHONPATH": str(ROOT), "TASKQ_BROKER_URL": BROKER_URL,
+             "TASKQ_NAMESPACE": namespace, "TASKQ_DEFAULT_QUEUE": f"{namespace}.default",
+             "TASKQ_DATABASE_URL": f"sqlite:///{tmp_path}/t.db"},
+    )
+    assert "taskq status of app taskq-tests" in result.stdout
+    assert f"{namespace}.default (not declared)" in result.stdout
+    assert topo.unroutable_name(namespace) not in result.stdout  # shown as "unroutable"
