@@ -23,7 +23,7 @@ from taskq.broker.topology import validate_queue_name
 from taskq.errors import TaskqError
 from taskq.settings import redact_url
 from taskq.worker.process import configure_logging, load_app
-from taskq.worker.supervisor import Supervisor
+from taskq.worker.supervisor import Monitoring, Supervisor
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,18 @@ def main() -> None:
     help="Also run the outbox relay, supervised, beside the worker processes.",
 )
 @click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",
+    help="Serve Prometheus metrics on /metrics and a health probe on /healthz.",
+)
+@click.option(
+    "--health-file", type=click.Path(dir_okay=False), metavar="PATH",
+    help="Touch PATH about every second while every worker process is consuming.",
+)
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+    help="json: one JSON object per line with task_id, task, queue, attempt, duration_s.",
+)
+@click.option(
     "-l", "--loglevel", type=click.Choice(_LOG_LEVELS, case_sensitive=False),
     default="INFO", show_default=True, help="Logging level.",
 )
@@ -77,6 +89,9 @@ def worker(
     max_tasks_per_child: int | None,
     shutdown_timeout: float | None,
     relay: bool,
+    metrics_port: int | None,
+    health_file: str | None,
+    log_format: str,
     loglevel: str,
 ) -> None:
     """Run tasks: a supervisor and N worker processes consuming the app's queues.
@@ -84,7 +99,7 @@ def worker(
     SIGTERM or Ctrl-C stops warmly (running tasks finish and are acked); a second one
     ends the running tasks, whose messages return to their queue.
     """
-    configure_logging(loglevel)
+    configure_logging(loglevel, log_format)
     _import_from_cwd()
     overrides = _without_none(
         worker_processes=processes,
@@ -105,6 +120,8 @@ def worker(
             overrides=overrides,
             loglevel=loglevel.upper(),
             relay=relay,
+            monitoring=Monitoring(metrics_port=metrics_port, health_file=health_file),
+            log_format=log_format,
         )
         code = supervisor.run()
     except TaskqError as exc:

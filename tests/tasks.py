@@ -188,3 +188,19 @@ def down_until(path: str, flag: str) -> None:
     append_line(path, "run")
     if not os.path.exists(flag):
         raise ConnectionError("the provider is down")
+
+
+# -- results and observability -------------------------------------------------------------
+
+
+@app.task(store_result=True)
+def add(x: int, y: int) -> int:
+    """Return the sum (its result is stored)."""
+    return x + y
+
+
+@app.task(store_result=True)
+def explode(path: str) -> None:
+    """Record the run, then fail (the failure is stored)."""
+    append_line(path, "explode")
+    raise ZeroDivisionError("the numbers did not add up")

@@ -148,6 +148,12 @@ class Subscription:
         self._thread = threading.Thread(target=self._run, name="taskq-io", daemon=True)
 
     @property
+    def is_connected(self) -> bool:
+        """Whether a channel is open and consuming (read from any thread; for health)."""
+        channel = self._channel
+        return channel is not None and channel.is_open and not self._cancelled_by_broker
+
+    @property
     def generation(self) -> int:
         """Number of the current connection; deliveries of older ones are stale."""
         return self._generation

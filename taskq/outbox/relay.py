@@ -129,6 +129,8 @@ class OutboxRelay:
         self.delay = delay
         self.store = OutboxStore()
         self.published_total = 0
+        #: Called with the number of rows each batch published (metrics hook).
+        self.on_published: Callable[[int], None] | None = None
         self._broker_down_since: float | None = None
         self._failures = 0
         self._is_postgres = engine.dialect.name == "postgresql"
@@ -175,6 +177,8 @@ class OutboxRelay:
                     error=failed[row.id],
                 )
         self.published_total += len(confirmed)
+        if self.on_published is not None and confirmed:
+            self.on_published(len(confirmed))
         return len(confirmed)
 
     def _sort(

@@ -34,6 +34,7 @@ from taskq.retry import (
 )
 from taskq.task import Request
 from taskq.worker.dedupe import Deduplicator, Duplicate, Unavailable
+from taskq.worker.events import Observers, TaskEvent
 from taskq.worker.execution import (
     Failed,
     Outcome,
@@ -85,6 +86,7 @@ class WorkerLoop:
         sibling_slots: The other worker processes' slots (read on redeliveries only).
         ledger: The supervisor's death records (read on redeliveries only).
         soft_limit: The process's SIGALRM timer for soft time limits.
+        observers: Told about task events (results, metrics); none by default.
     """
 
     def __init__(
@@ -96,6 +98,7 @@ class WorkerLoop:
         ledger: DeathLedger,
         soft_limit: SoftTimeLimit,
         sibling_slots: Sequence[Slot] = (),
+        observers: Observers | None = None,
     ) -> None:
         settings = app.settings
         self._app = app
@@ -116,6 +119,7 @@ class WorkerLoop:
         self._debug = logger.isEnabledFor(logging.DEBUG)
         self._info = logger.isEnabledFor(logging.INFO)
         self._parent_pid = os.getppid()
+        self._observers = observers if observers is not None else Observers()
         self.stop_requested = False
         self.tasks_done = 0
 
@@ -132,11 +136,15 @@ class WorkerLoop:
         """
         get, handle = self._subscription.get, self.handle
         subscription, max_tasks = self._subscription, self._max_tasks
+        alive_at = self._slot.alive_at
         while not self.stop_requested:
             delivery = get(_IDLE_POLL_S)
             if delivery is None:
                 self._check_parent()
+                if subscription.is_connected:
+                    alive_at.value = time.monotonic()
                 continue
+            alive_at.value = time.monotonic()
             if delivery.generation != subscription.generation:
                 # Its channel died; the broker already put the message back.
                 continue
@@ -147,33 +155,14 @@ class WorkerLoop:
 
     def handle(self, delivery: Delivery) -> None:
         """Take one delivery to exactly one outcome action."""
-        message = delivery.message
-        if len(message.body) > self._max_size:
-            self._reject_oversized(delivery)
+        prepared = self._prepare(delivery)
+        if prepared is None:
             return
-        if delivery.is_redelivered and self._settle_dead_process(delivery):
-            return
-        try:
-            envelope = decode(message)
-        except DecodeError as exc:
-            self.dead_letter(delivery, "DecodeError", getattr(exc, "reason", str(exc)))
-            return
+        envelope, plan = prepared
         name = envelope.task
-        if self._debug:
-            logger.debug(
-                "task %s[%s] received from %s (redelivered=%s)",
-                name, envelope.task_id, delivery.queue, delivery.is_redelivered,
-            )
-        if envelope.eta is not None and self._postponed(delivery, name, envelope.eta):
-            return
-        plan = self._plans.get(name) or self._lookup(name)
-        if plan is None:
-            self.dead_letter(
-                delivery, "TaskNotRegistered", f"task {name!r} is not registered in this worker"
-            )
-            return
-        if self._debug:
-            logger.debug("task %s[%s] from %s started", name, envelope.task_id, delivery.queue)
+        observers = self._observers
+        if observers:
+            observers.started(TaskEvent(envelope.task_id, name, delivery.queue, envelope.retries))
         if plan.idempotent:
             outcome = self._run_idempotent(delivery, plan, envelope)
             if outcome is None:
@@ -183,13 +172,61 @@ class WorkerLoop:
         self.tasks_done += 1
         if outcome.__class__ is Succeeded:
             delivery.ack()
-            if self._info:
-                logger.info(
-                    "task %s[%s] from %s succeeded in %.3fs",
-                    name, envelope.task_id, delivery.queue, outcome.duration_s,
-                )
+            if self._info or observers:
+                self._report_success(delivery, envelope, outcome)
             return
         self._settle_failure(delivery, name, envelope.task_id, envelope.retries, outcome)
+
+    def _prepare(self, delivery: Delivery) -> tuple[Envelope, _Plan] | None:
+        """Checks before running: size, crash loops, envelope, eta, registry.
+
+        Returns ``None`` when the delivery was settled here (dead-lettered or sent back to
+        wait), else the envelope and the task's plan.
+        """
+        message = delivery.message
+        if len(message.body) > self._max_size:
+            self._reject_oversized(delivery)
+            return None
+        if delivery.is_redelivered and self._settle_dead_process(delivery):
+            return None
+        try:
+            envelope = decode(message)
+        except DecodeError as exc:
+            self.dead_letter(delivery, "DecodeError", getattr(exc, "reason", str(exc)))
+            return None
+        name = envelope.task
+        if self._debug:
+            logger.debug(
+                "task %s[%s] received from %s (redelivered=%s)",
+                name, envelope.task_id, delivery.queue, delivery.is_redelivered,
+            )
+        if envelope.eta is not None and self._postponed(delivery, name, envelope.eta):
+            return None
+        plan = self._plans.get(name) or self._lookup(name)
+        if plan is None:
+            self.dead_letter(
+                delivery, "TaskNotRegistered", f"task {name!r} is not registered in this worker"
+            )
+            return None
+        if self._debug:
+            logger.debug("task %s[%s] from %s started", name, envelope.task_id, delivery.queue)
+        return envelope, plan
+
+    def _report_success(self, delivery: Delivery, envelope: Envelope, outcome: Outcome) -> None:
+        assert isinstance(outcome, Succeeded)  # narrowing for mypy; handle() checked it
+        name, task_id = envelope.task, envelope.task_id
+        if self._info:
+            logger.info(
+                "task %s[%s] from %s succeeded in %.3fs (attempt %d)",
+                name, task_id, delivery.queue, outcome.duration_s, envelope.retries + 1,
+                extra=_fields(task_id, name, delivery.queue, envelope.retries,
+                              outcome.duration_s),
+            )
+        if self._observers:
+            self._observers.succeeded(
+                TaskEvent(task_id, name, delivery.queue, envelope.retries),
+                outcome.duration_s, outcome.result,
+            )
 
     def _run_idempotent(
         self, delivery: Delivery, plan: _Plan, envelope: Envelope
@@ -210,6 +247,11 @@ class WorkerLoop:
                 logger.info(
                     "task %s[%s] from %s is a duplicate (key %s already done); skipped",
                     name, task_id, delivery.queue, key,
+                    extra=_fields(task_id, name, delivery.queue, envelope.retries),
+                )
+            if self._observers:
+                self._observers.duplicate(
+                    TaskEvent(task_id, name, delivery.queue, envelope.retries)
                 )
             return None
         if isinstance(result, Unavailable):
@@ -278,9 +320,14 @@ class WorkerLoop:
                 )
                 return
             reason = f"{outcome.exc_type}: {outcome.message}"
-            self._retrier.retry(
+            retried = self._retrier.retry(
                 delivery, task=name, retries=retries, delay_s=decision.delay_s, reason=reason
             )
+            if retried and self._observers:
+                self._observers.retrying(
+                    TaskEvent(task_id, name, delivery.queue, retries), decision.delay_s,
+                    reason, outcome.traceback,
+                )
 
     def _postponed(self, delivery: Delivery, name: str, eta: datetime) -> bool:
         """Send a delivery that is not due yet back to the broker; ``True`` if settled."""
@@ -333,10 +380,17 @@ class WorkerLoop:
             delivery.reject(requeue=True)
             return False
         delivery.ack()
+        retries = _retries(message.headers)
         logger.error(
-            "task %s[%s] from %s dead-lettered: %s: %s",
-            shown, message.message_id, delivery.queue, error_type, error,
+            "task %s[%s] from %s dead-lettered after attempt %d: %s: %s",
+            shown, message.message_id, delivery.queue, retries + 1, error_type, error,
+            extra=_fields(message.message_id, shown, delivery.queue, retries),
         )
+        if self._observers:
+            self._observers.dead_lettered(
+                TaskEvent(message.message_id or "", shown, delivery.queue, retries),
+                error_type, error, traceback,
+            )
         return True
 
     def _dead_letter_copy(
@@ -465,6 +519,18 @@ def _plan(task: Any) -> _Plan:
         options.transactional,
         resolve_policy(RetryPolicy.from_settings(task.app.settings), options.retry_overrides()),
     )
+
+
+def _fields(
+    task_id: str | None, task: str, queue: str, retries: int, duration_s: float | None = None
+) -> dict[str, Any]:
+    """Structured fields of a task event line (``--log-format json`` prints them)."""
+    fields: dict[str, Any] = {
+        "task_id": task_id, "task": task, "queue": queue, "attempt": retries + 1,
+    }
+    if duration_s is not None:
+        fields["duration_s"] = round(duration_s, 6)
+    return fields
 
 
 def _retries(headers: dict[str, Any]) -> int:

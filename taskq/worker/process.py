@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import importlib
+import json
 import logging
 import os
 import signal
@@ -60,6 +61,7 @@ class ChildSpec:
         index: Position of the process in the supervisor (1-based), for names and logs.
         state_dir: The supervisor's death ledger directory.
         loglevel: Logging level name.
+        log_format: ``text`` or ``json``.
         supervisor_pid: The parent, to notice when it is gone.
     """
 
@@ -70,6 +72,7 @@ class ChildSpec:
     state_dir: str = ""
     loglevel: str = "INFO"
     supervisor_pid: int = 0
+    log_format: str = "text"
 
 
 def load_app(path: str) -> App:
@@ -111,9 +114,35 @@ def load_app(path: str) -> App:
     return target
 
 
-def configure_logging(loglevel: str) -> None:
-    """Log to stderr with process name and pid, at ``loglevel``."""
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line; task event lines carry their structured fields."""
+
+    FIELDS = ("task_id", "task", "queue", "attempt", "duration_s")
+
+    def format(self, record: logging.LogRecord) -> str:
+        """Render ``record`` as JSON (message, level, process and task fields)."""
+        data: dict[str, Any] = {
+            "time": self.formatTime(record),
+            "level": record.levelname,
+            "logger": record.name,
+            "process": record.processName,
+            "pid": record.process,
+            "message": record.getMessage(),
+        }
+        for name in self.FIELDS:
+            if hasattr(record, name):
+                data[name] = getattr(record, name)
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str)
+
+
+def configure_logging(loglevel: str, log_format: str = "text") -> None:
+    """Log to stderr with process name and pid, at ``loglevel``, as text or JSON lines."""
     logging.basicConfig(level=loglevel.upper(), format=LOG_FORMAT, force=True)
+    if log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
     # pika logs every connection hiccup at ERROR, with tracebacks; taskq reports each one
     # once in its own words, so pika's own account is kept for debugging sessions.
     debugging = loglevel.upper() == "DEBUG"
@@ -128,7 +157,7 @@ def child_main(spec: ChildSpec, slots: list[Slot]) -> None:
         slots: The slots of every worker process position; ``slots[spec.index - 1]`` is
             this process's own.
     """
-    configure_logging(spec.loglevel)
+    configure_logging(spec.loglevel, spec.log_format)
     _die_with_parent(spec.supervisor_pid)
     try:
         app = load_app(spec.app_path)
@@ -155,6 +184,7 @@ def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
         sibling_slots=[slot for i, slot in enumerate(slots, 1) if i != spec.index],
         ledger=DeathLedger(spec.state_dir),
         soft_limit=SoftTimeLimit(),
+        observers=_observers(app),
     )
     _install_signal_handlers(loop)
     code = EXIT_OK
@@ -170,6 +200,20 @@ def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
         app.close()
     logger.debug("worker process %d exiting after %d tasks", spec.index, loop.tasks_done)
     return code
+
+
+def _observers(app: App) -> Any:
+    """Result recording and metrics, each only when asked for (no cost otherwise)."""
+    from taskq.worker import metrics
+    from taskq.worker.events import Observers
+    from taskq.worker.observers import MetricsObserver, ResultRecorder, wants_results
+
+    observers = Observers()
+    if wants_results(app):
+        observers.add(ResultRecorder(app))
+    if metrics.is_enabled():
+        observers.add(MetricsObserver())
+    return observers
 
 
 def _install_signal_handlers(loop: Any) -> None:

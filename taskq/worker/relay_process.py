@@ -74,6 +74,10 @@ def run_relay(app: App, should_stop: Any) -> int:
         logger.error("outbox relay cannot reach the database: %s", exc)
         return 1
     relay = app.relay()
+    from taskq.worker import metrics
+
+    if metrics.is_enabled():
+        relay.on_published = metrics.outbox_published().inc
     try:
         relay.run(should_stop)
     finally:
@@ -83,7 +87,7 @@ def run_relay(app: App, should_stop: Any) -> int:
 
 def relay_main(spec: ChildSpec) -> None:
     """Entry point of the relay process started by the supervisor."""
-    configure_logging(spec.loglevel)
+    configure_logging(spec.loglevel, spec.log_format)
     stop = False
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:

@@ -67,6 +67,8 @@ class Retrier:
             "task %s[%s] from %s failed on attempt %d (%s); retry %d in %.3fs",
             task, delivery.message.message_id, delivery.queue, retries + 1, reason,
             retries + 1, delay_s,
+            extra={"task_id": delivery.message.message_id, "task": task,
+                   "queue": delivery.queue, "attempt": retries + 1},
         )
         return True
 

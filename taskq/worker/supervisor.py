@@ -61,6 +61,25 @@ _WATCH_INTERVAL_S = 0.1
 _MIN_LIFETIME_S = 1.0
 
 
+# A process that has not looked at its consumer for this long is unhealthy.
+HEALTH_STALE_S = 10.0
+# How often the health file is touched while healthy (probes check its age).
+HEALTH_TOUCH_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    """What ``taskq worker`` exposes for operations.
+
+    Args:
+        metrics_port: Serve Prometheus ``/metrics`` and ``/healthz`` on this port.
+        health_file: Touch this file about every second while healthy.
+    """
+
+    metrics_port: int | None = None
+    health_file: str | None = None
+
+
 @dataclass
 class _Child:
     """One worker process position: its current process and shared slot."""
@@ -84,6 +103,8 @@ class Supervisor:
         overrides: The command-line settings, applied again in each child.
         loglevel: Logging level name for the children.
         relay: Also run the outbox relay as a supervised process.
+        monitoring: Metrics port and health file, when asked for.
+        log_format: ``text`` or ``json`` log lines in the processes.
     """
 
     def __init__(
@@ -95,6 +116,8 @@ class Supervisor:
         overrides: dict[str, Any],
         loglevel: str = "INFO",
         relay: bool = False,
+        monitoring: Monitoring | None = None,
+        log_format: str = "text",
     ) -> None:
         self.app = app
         self.settings = app.settings
@@ -106,9 +129,15 @@ class Supervisor:
             queues=queues,
             loglevel=loglevel,
             supervisor_pid=os.getpid(),
+            log_format=log_format,
         )
         self._children: list[_Child] = []
         self._relay = RelayProcess(self._context, self._spec) if relay else None
+        self._monitoring = monitoring or Monitoring()
+        self._metrics_server: Any = None
+        self._metrics_dir: str | None = None
+        self._restarts = 0
+        self._health_touched_at = 0.0
         self._ledger: DeathLedger | None = None
         self._signals: list[tuple[int, float]] = []
         self._first_signal_at = 0.0
@@ -143,6 +172,7 @@ class Supervisor:
             self._children = [
                 _Child(index, Slot(self._context)) for index in range(1, self.process_count + 1)
             ]
+            self._start_metrics()
             for child in self._children:
                 self._start(child)
             if self._relay is not None:
@@ -150,6 +180,7 @@ class Supervisor:
             return self._watch()
         finally:
             self._kill_all()
+            self._stop_metrics()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             ledger.remove()
@@ -235,6 +266,7 @@ class Supervisor:
             now = time.monotonic()
             for child in self._children:
                 self._check(child, now)
+            self._touch_health_file(now)
             if self._relay is not None:
                 self._relay.check(now, stopping=bool(self._stopping_at))
             if self._stopping_at and now >= self._stopping_at and not self._forced:
@@ -330,7 +362,62 @@ class Supervisor:
         # redelivered waits while a sibling's slot still holds it (see loop.py).
         child.slot.clear()
 
+    # -- monitoring ----------------------------------------------------------------------------
+
+    def healthy(self, now: float | None = None) -> bool:
+        """Every worker process runs and consumes (or is busy with a task); not stopping."""
+        now = time.monotonic() if now is None else now
+        if self._stopping_at or not self._children:
+            return False
+        return all(
+            child.process is not None and child.slot.is_healthy(now, HEALTH_STALE_S)
+            for child in self._children
+        )
+
+    def alive(self) -> int:
+        """How many worker processes run now."""
+        return sum(1 for child in self._children if child.process is not None)
+
+    def _start_metrics(self) -> None:
+        port = self._monitoring.metrics_port
+        if port is None:
+            return
+        import tempfile
+
+        from taskq.worker import metrics
+
+        # Before any process imports prometheus_client (it picks its storage at import).
+        self._metrics_dir = tempfile.mkdtemp(prefix="taskq-metrics-")
+        metrics.enable_multiprocess(self._metrics_dir)
+        backlog = self.app.outbox_backlog if self._relay is not None else None
+        self._metrics_server = metrics.MetricsServer(
+            port, healthy=self.healthy, alive=self.alive, restarts=lambda: self._restarts,
+            backlog=backlog,
+        ).start()
+
+    def _stop_metrics(self) -> None:
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
+        if self._metrics_dir is not None:
+            import shutil
+
+            shutil.rmtree(self._metrics_dir, ignore_errors=True)
+
+    def _touch_health_file(self, now: float) -> None:
+        path = self._monitoring.health_file
+        if path is None or now - self._health_touched_at < HEALTH_TOUCH_INTERVAL_S:
+            return
+        if self.healthy(now):
+            with open(path, "a", encoding="utf-8"):
+                os.utime(path)
+            self._health_touched_at = now
+
     def _record_death(self, child: _Child, pid: int, code: int, message_id: str) -> None:
+        self._restarts += 1
+        if self._metrics_server is not None:
+            from taskq.worker import metrics
+
+            metrics.mark_process_dead(pid)
         how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
         if not message_id:
             logger.error(

@@ -77,6 +77,8 @@ class Slot:
         self.message_id = context.Array("c", MESSAGE_ID_MAX_BYTES + 1, lock=False)
         self.deadline = context.Value("d", 0.0, lock=False)
         self.time_limit_s = context.Value("d", 0.0, lock=False)
+        # Monotonic time the loop last saw its consumer connected (health checks).
+        self.alive_at = context.Value("d", 0.0, lock=False)
 
     def read_message_id(self) -> str:
         """The id of the message the process holds, or ``""`` when it is idle."""
@@ -90,8 +92,13 @@ class Slot:
         """The hard time limit of the task that set the current deadline."""
         return float(self.time_limit_s.value)
 
+    def is_healthy(self, now: float, stale_after_s: float) -> bool:
+        """Consuming recently, or busy with a task (a long task is not a sick process)."""
+        return bool(self.message_id.value) or now - float(self.alive_at.value) < stale_after_s
+
     def clear(self) -> None:
         """Mark the slot idle (used by the supervisor before starting a replacement)."""
         self.message_id.value = b""
         self.deadline.value = 0.0
         self.time_limit_s.value = 0.0
+        self.alive_at.value = 0.0
