@@ -231,15 +231,7 @@ def replay_copy(message: WireMessage, *, reset_retries: bool) -> WireMessage:
     }
     if reset_retries and RETRIES in headers:
         headers[RETRIES] = 0
-    return WireMessage(
-        message.body,
-        message.message_id,
-        headers,
-        message.priority,
-        message.timestamp,
-        message.app_id,
-        message.content_type,
-    )
+    return message.with_headers(headers)
 
 
 def describe(parked: Parked, queue: str | None, *, now_s: float) -> ParkedInfo:

@@ -73,6 +73,18 @@ class WireMessage:
     app_id: str | None = None
     content_type: str | None = None
 
+    def with_headers(self, headers: dict[str, Any]) -> WireMessage:
+        """The same message (body and properties) with ``headers`` instead of its own."""
+        return WireMessage(
+            self.body,
+            self.message_id,
+            headers,
+            self.priority,
+            self.timestamp,
+            self.app_id,
+            self.content_type,
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Envelope:

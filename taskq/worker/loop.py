@@ -412,15 +412,7 @@ class WorkerLoop:
             origin_queue=delivery.queue,
             traceback_max_chars=self._traceback_max_chars,
         )
-        return WireMessage(
-            message.body,
-            message.message_id,
-            headers,
-            message.priority,
-            message.timestamp,
-            message.app_id,
-            message.content_type,
-        )
+        return message.with_headers(headers)
 
     def _reject_oversized(self, delivery: Delivery) -> None:
         size = len(delivery.message.body)

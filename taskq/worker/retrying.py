@@ -112,12 +112,4 @@ def with_retries(message: WireMessage, retries: int) -> WireMessage:
     """A copy of ``message`` whose ``taskq-retries`` header is ``retries``."""
     headers = dict(message.headers)
     headers[RETRIES] = retries
-    return WireMessage(
-        message.body,
-        message.message_id,
-        headers,
-        message.priority,
-        message.timestamp,
-        message.app_id,
-        message.content_type,
-    )
+    return message.with_headers(headers)
