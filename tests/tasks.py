@@ -204,3 +204,17 @@ def explode(path: str) -> None:
     """Record the run, then fail (the failure is stored)."""
     append_line(path, "explode")
     raise ZeroDivisionError("the numbers did not add up")
+
+
+@app.task(autoretry_for=(ValueError,), max_retries=5, retry_backoff=0.1, retry_jitter=False)
+def fail_first_attempt(path: str) -> None:
+    """First attempt: record, wait for ``path + '.go'`` (up to 20 s), then fail; later: ok."""
+    from taskq.task import current_request
+
+    if current_request.get().retries == 0:
+        append_line(path, "attempt0")
+        deadline = time.monotonic() + 20
+        while not os.path.exists(path + ".go") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        raise ValueError("the first attempt always fails")
+    append_line(path, "ok")

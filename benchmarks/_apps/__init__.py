@@ -1,0 +1,1 @@
+"""The bench apps of each system, configured by environment variables (see compare.py)."""
