@@ -255,6 +255,31 @@ class App:
             wire, exchange=self._topology.exchange, routing_key=queue, task=envelope.task
         )
 
+    def send_many(self, envelopes: list[Envelope], queue: str) -> None:
+        """Encode every envelope, then publish them all with windowed confirms.
+
+        Nothing is published unless every envelope encodes and fits the size limit.
+
+        Raises:
+            SerializationError: an argument cannot be encoded (nothing is published).
+            MessageTooLarge: a body exceeds ``max_message_size_bytes``.
+            PublishError: some messages were not confirmed; ``unconfirmed_ids`` lists them.
+        """
+        self._validate_queue(queue)
+        exchange = self._topology.exchange
+        items = []
+        for envelope in envelopes:
+            wire = encode(envelope)
+            self._check_size(envelope, queue, len(wire.body))
+            items.append((exchange, queue, wire))
+        if self.settings.task_always_eager:
+            from taskq.eager import run
+
+            for _, _, wire in items:
+                run(self, wire, queue)
+            return
+        self.publisher.publish_many(items)
+
     def publish_delayed(
         self, wire: WireMessage, *, queue: str, delay_s: float | timedelta
     ) -> None:

@@ -45,8 +45,17 @@ class IdempotencyStore:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self._dialect = engine.dialect.name
-        self._exists = sa.select(sa.literal(1)).where(_KEY == sa.bindparam("key"))
         self._held: Connection | None = None
+        self._raw_cursor: Any = None
+        # The two statements of every idempotent task, as plain driver SQL: compiling and
+        # executing them through SQLAlchemy cost more than the database round trip itself.
+        mark = "%s" if engine.dialect.paramstyle in ("format", "pyformat") else "?"
+        table = processed_table.name
+        self._sql_exists = f'SELECT 1 FROM {table} WHERE "key" = {mark}'
+        self._sql_record = (
+            f'INSERT INTO {table} ("key", task, finished_at) VALUES ({mark}, {mark}, {mark}) '
+            'ON CONFLICT ("key") DO NOTHING RETURNING "key"'
+        )
 
     def _connection(self) -> Connection:
         """The connection ``is_done`` and ``record`` use, opened once and kept.
@@ -65,10 +74,20 @@ class IdempotencyStore:
             self._held = conn
         return self._held
 
-    def _drop_connection(self) -> None:
+    def _cursor(self) -> Any:
+        """A DB-API cursor on the kept connection (SQL prepared once, per dialect)."""
+        if self._raw_cursor is None:
+            conn = self._connection()
+            self._raw_cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        return self._raw_cursor
+
+    def _drop_connection(self, *, invalidate: bool = False) -> None:
         held, self._held = self._held, None
+        self._raw_cursor = None
         if held is not None:
             try:
+                if invalidate:
+                    held.invalidate()
                 held.close()
             except sa.exc.SQLAlchemyError:  # it is broken already; the next call reconnects
                 logger.debug("error closing the idempotency connection", exc_info=True)
@@ -86,9 +105,11 @@ class IdempotencyStore:
             IdempotencyError: the database cannot be reached or the table is missing.
         """
         try:
-            return self._connection().execute(self._exists, {"key": key}).first() is not None
-        except sa.exc.SQLAlchemyError as exc:
-            self._drop_connection()
+            cursor = self._cursor()
+            cursor.execute(self._sql_exists, (key,))
+            return cursor.fetchone() is not None
+        except Exception as exc:  # driver errors: this path bypasses SQLAlchemy for speed
+            self._drop_connection(invalidate=True)
             raise self._error("check", key, exc) from exc
 
     def record(self, key: str, task: str) -> bool:
@@ -100,10 +121,14 @@ class IdempotencyStore:
         Raises:
             IdempotencyError: the database cannot be reached or the table is missing.
         """
+        now = utcnow()
+        finished_at: Any = now if self._dialect == "postgresql" else _sqlite_datetime(now)
         try:
-            return self.claim(self._connection(), key, task)
-        except sa.exc.SQLAlchemyError as exc:
-            self._drop_connection()
+            cursor = self._cursor()
+            cursor.execute(self._sql_record, (key, task, finished_at))
+            return cursor.fetchone() is not None
+        except Exception as exc:  # driver errors: this path bypasses SQLAlchemy for speed
+            self._drop_connection(invalidate=True)
             raise self._error("record", key, exc) from exc
 
     def begin(self, key: str, task: str) -> Session | None:
@@ -184,3 +209,8 @@ class IdempotencyStore:
         with self.engine.connect() as conn:
             return int(conn.execute(sa.select(sa.func.count()).select_from(processed_table))
                        .scalar_one())
+
+
+def _sqlite_datetime(value: datetime) -> str:
+    """The text SQLAlchemy stores for a DateTime on SQLite (naive UTC, microseconds)."""
+    return value.strftime("%Y-%m-%d %H:%M:%S.%f")

@@ -12,7 +12,7 @@ import functools
 import sys
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -308,6 +308,52 @@ class Task(Generic[P, R]):
         Shorthand for ``apply_async(args, kwargs, session=session)``.
         """
         return self.apply_async(args, kwargs, session=session)
+
+    def map(
+        self,
+        items: Iterable[Any],
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        session: Any = None,
+    ) -> list[AsyncResult]:
+        """Enqueue one call per item, each item being the single argument (Celery's ``map``).
+
+        Without ``session`` all calls are published together with windowed publisher
+        confirms, far faster than ``delay()`` in a loop; with ``session`` they become
+        outbox rows of that transaction.
+        """
+        return self.starmap(((item,) for item in items), queue=queue, priority=priority,
+                            session=session)
+
+    def starmap(
+        self,
+        calls: Iterable[Sequence[Any]],
+        *,
+        queue: str | None = None,
+        priority: int | None = None,
+        session: Any = None,
+    ) -> list[AsyncResult]:
+        """Enqueue one call per tuple of positional arguments, in bulk (see :meth:`map`).
+
+        Raises:
+            SerializationError: an argument cannot be encoded (nothing is enqueued).
+            MessageTooLarge: a message exceeds ``max_message_size_bytes`` (nothing is sent).
+            PublishError: some messages were not confirmed; ``unconfirmed_ids`` lists them.
+        """
+        envelopes = [self.envelope(args, None, priority=priority) for args in calls]
+        target = queue or self.queue
+        if session is None and self.app.session_provider is not None:
+            session = self.app.session_provider()
+        if session is not None:
+            for envelope in envelopes:
+                self.app.enqueue(session, envelope, target)
+        else:
+            self.app.send_many(envelopes, target)
+        return [
+            AsyncResult(e.task_id, task=self.name, queue=target, app=self.app)
+            for e in envelopes
+        ]
 
     def envelope(
         self,
