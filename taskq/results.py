@@ -4,7 +4,8 @@ Results are kept only for tasks that ask (``@app.task(store_result=True)``) or w
 sets ``store_results=True``: most tasks' return values are not needed, and writing them costs
 a round trip per state change. States, in order: ``PENDING`` (no row yet: unknown ids are
 pending, as in Celery), ``STARTED``, ``RETRY`` (failed, a retry is scheduled), then one of
-``SUCCESS``, ``FAILURE`` (failed, not retried) or ``DEAD`` (dead-lettered to ``Q.dlq``).
+``SUCCESS``, ``FAILURE`` (the task raised and no retry was left; its message is in
+``Q.dlq``) or ``DEAD`` (dead-lettered for another reason: rejected, time limit, crash loop).
 Return values are stored with taskq's msgpack codec (never pickle).
 """
 

@@ -50,9 +50,11 @@ class ResultRecorder(Observer):
         self, event: TaskEvent, error_type: str, error: str, traceback: str | None
     ) -> None:
         if self._stores(event.task):
-            self._app.results.failed(event.task_id, event.task, event.retries,
-                                     state=ResultState.DEAD, error=f"{error_type}: {error}",
-                                     traceback=traceback)
+            # FAILURE: the task raised and no retry was left (a traceback exists); DEAD: the
+            # message was parked for another reason (rejected, time limit, crash loop...).
+            state = ResultState.FAILURE if traceback else ResultState.DEAD
+            self._app.results.failed(event.task_id, event.task, event.retries, state=state,
+                                     error=f"{error_type}: {error}", traceback=traceback)
 
 
 def wants_results(app: App) -> bool:

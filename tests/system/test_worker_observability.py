@@ -79,7 +79,7 @@ def test_results_metrics_health_and_json_logs(
     assert sums[0].state is ResultState.SUCCESS
     with pytest.raises(TaskFailed, match="ZeroDivisionError") as info:
         failed.get(timeout_s=30)
-    assert info.value.state == "DEAD"  # type: ignore[attr-defined]
+    assert info.value.state == "FAILURE"  # type: ignore[attr-defined]
     assert "the numbers did not add up" in info.value.remote_traceback  # type: ignore[attr-defined]
 
     # And metrics count them
