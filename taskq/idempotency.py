@@ -49,7 +49,7 @@ class IdempotencyStore:
         self._raw_cursor: Any = None
         # The two statements of every idempotent task, as plain driver SQL: compiling and
         # executing them through SQLAlchemy cost more than the database round trip itself.
-        mark = "%s" if engine.dialect.paramstyle in ("format", "pyformat") else "?"
+        mark = self._mark = "%s" if engine.dialect.paramstyle in ("format", "pyformat") else "?"
         table = processed_table.name
         self._sql_exists = f'SELECT 1 FROM {table} WHERE "key" = {mark}'
         self._sql_record = (
@@ -111,6 +111,24 @@ class IdempotencyStore:
         except Exception as exc:  # driver errors: this path bypasses SQLAlchemy for speed
             self._drop_connection(invalidate=True)
             raise self._error("check", key, exc) from exc
+
+    def done_among(self, keys: list[str]) -> set[str]:
+        """Which of ``keys`` are already recorded (one SELECT for all of them).
+
+        Raises:
+            IdempotencyError: the database cannot be reached or the table is missing.
+        """
+        if not keys:
+            return set()
+        marks = ", ".join([self._mark] * len(keys))
+        sql = f'SELECT "key" FROM {processed_table.name} WHERE "key" IN ({marks})'
+        try:
+            cursor = self._cursor()
+            cursor.execute(sql, tuple(keys))
+            return {row[0] for row in cursor.fetchall()}
+        except Exception as exc:  # driver errors: this path bypasses SQLAlchemy for speed
+            self._drop_connection(invalidate=True)
+            raise self._error("check", keys[0], exc) from exc
 
     def record(self, key: str, task: str) -> bool:
         """Record ``key`` as done (one INSERT, autocommit).

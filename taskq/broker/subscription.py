@@ -179,6 +179,19 @@ class Subscription:
             raise self._failure
         return item
 
+    def get_ready(self, max_n: int) -> list[Delivery]:
+        """Up to ``max_n`` deliveries already received, without waiting (may be empty)."""
+        ready: list[Delivery] = []
+        get = self._deliveries.get_nowait
+        while len(ready) < max_n:
+            try:
+                item = get()
+            except queue.Empty:
+                break
+            if item is not None:
+                ready.append(item)
+        return ready
+
     def settle(self, delivery: Delivery, action: int) -> None:
         """Queue an ack or reject for ``delivery`` and wake the I/O thread to send it."""
         self._pending.append((delivery, action))

@@ -40,6 +40,9 @@ class Unavailable:
 
 Execute = Callable[[dict[str, Any]], Outcome]
 
+# Recently recorded keys kept in memory per process (cleared past this size).
+_RECORDED_MAX = 10_000
+
 
 class Deduplicator:
     """Runs idempotent and transactional tasks against ``taskq_processed``.
@@ -52,6 +55,10 @@ class Deduplicator:
         self._app = app
         self._store: IdempotencyStore | None = None
         self.duplicates = 0
+        # Keys of the deliveries in hand already checked in one batch (not done then), and
+        # keys this process recorded recently: both spare a SELECT per task.
+        self._checked: set[str] = set()
+        self._recorded: set[str] = set()
 
     @property
     def store(self) -> IdempotencyStore:
@@ -74,18 +81,47 @@ class Deduplicator:
         """Run ``execute(kwargs)`` at most once per ``key`` (see the module docstring)."""
         if transactional:
             return self._run_in_transaction(key, task, kwargs, execute)
-        try:
-            if self.store.is_done(key):
-                self.duplicates += 1
-                return Duplicate(key)
-        except IdempotencyError as exc:
-            return Unavailable(str(exc))
+        if key in self._recorded:
+            self.duplicates += 1
+            return Duplicate(key)
+        if key in self._checked:
+            self._checked.discard(key)
+        else:
+            try:
+                if self.store.is_done(key):
+                    self.duplicates += 1
+                    return Duplicate(key)
+            except IdempotencyError as exc:
+                return Unavailable(str(exc))
         outcome = execute(kwargs)
         if outcome.__class__ is Succeeded:
             self._record(key, task)
         return outcome
 
+    def precheck(self, keys: list[str]) -> None:
+        """Check the keys of the deliveries in hand in one SELECT (before running them).
+
+        Keys found done are remembered as recorded (their deliveries become duplicates);
+        the others are marked checked, so running them costs no further SELECT. A key
+        recorded by another process between this check and the run is the same window a
+        per-task check leaves between SELECT and run. On a database error nothing is
+        remembered: each task then checks on its own (and is requeued if that fails too).
+        """
+        self._checked.clear()
+        if len(self._recorded) > _RECORDED_MAX:
+            self._recorded.clear()
+        wanted = [key for key in dict.fromkeys(keys) if key not in self._recorded]
+        if len(wanted) < 2:
+            return
+        try:
+            done = self.store.done_among(wanted)
+        except IdempotencyError:
+            return
+        self._recorded.update(done)
+        self._checked.update(key for key in wanted if key not in done)
+
     def _record(self, key: str, task: str) -> None:
+        self._recorded.add(key)
         try:
             self.store.record(key, task)
         except IdempotencyError as exc:

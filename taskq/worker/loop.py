@@ -23,7 +23,15 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from taskq.errors import DecodeError, Retry, TaskqError, TimeLimitExceeded
-from taskq.message import RETRIES, TASK, Envelope, WireMessage, dead_letter_headers, decode
+from taskq.message import (
+    IDEMPOTENCY_KEY,
+    RETRIES,
+    TASK,
+    Envelope,
+    WireMessage,
+    dead_letter_headers,
+    decode,
+)
 from taskq.retry import (
     Decision,
     GiveUp,
@@ -114,6 +122,9 @@ class WorkerLoop:
         self._dlx = app.topology.dlx
         self._plans = {task.name: _plan(task) for task in app.registry}
         self._dedupe = Deduplicator(app)
+        # Deliveries taken together for one idempotency SELECT (0: no idempotent task).
+        checkable = any(p.idempotent and not p.transactional for p in self._plans.values())
+        self._batch_max = max(0, settings.prefetch_count - 1) if checkable else 0
         self._retrier = Retrier(app)
         self._default_policy = RetryPolicy.from_settings(settings)
         self._debug = logger.isEnabledFor(logging.DEBUG)
@@ -137,6 +148,7 @@ class WorkerLoop:
         get, handle = self._subscription.get, self.handle
         subscription, max_tasks = self._subscription, self._max_tasks
         alive_at = self._slot.alive_at
+        batch_max = self._batch_max
         while not self.stop_requested:
             delivery = get(_IDLE_POLL_S)
             if delivery is None:
@@ -145,13 +157,37 @@ class WorkerLoop:
                     alive_at.value = time.monotonic()
                 continue
             alive_at.value = time.monotonic()
-            if delivery.generation != subscription.generation:
-                # Its channel died; the broker already put the message back.
-                continue
-            handle(delivery)
-            if max_tasks and self.tasks_done >= max_tasks:
-                logger.info("ran %d tasks (max_tasks_per_child); recycling", self.tasks_done)
-                break
+            batch = [delivery]
+            if batch_max:
+                batch += subscription.get_ready(batch_max)
+                if len(batch) > 1:
+                    self._precheck(batch)
+            for item in batch:
+                if self._is_stopping():
+                    break  # unacked: the broker requeues what was not started
+                if item.generation != subscription.generation:
+                    continue  # its channel died; the broker already put the message back
+                handle(item)
+                if max_tasks and self.tasks_done >= max_tasks:
+                    logger.info("ran %d tasks (max_tasks_per_child); recycling",
+                                self.tasks_done)
+                    return
+
+    def _is_stopping(self) -> bool:
+        # A method, not the attribute: a signal handler may set it between two deliveries.
+        return self.stop_requested
+
+    def _precheck(self, batch: list[Delivery]) -> None:
+        """One SELECT for the idempotency keys of the deliveries in hand (see Deduplicator)."""
+        keys = []
+        for delivery in batch:
+            headers = delivery.message.headers
+            plan = self._plans.get(headers.get(TASK))  # type: ignore[arg-type]
+            if plan is not None and plan.idempotent and not plan.transactional:
+                key = headers.get(IDEMPOTENCY_KEY) or delivery.message.message_id
+                if isinstance(key, str):
+                    keys.append(key)
+        self._dedupe.precheck(keys)
 
     def handle(self, delivery: Delivery) -> None:
         """Take one delivery to exactly one outcome action."""

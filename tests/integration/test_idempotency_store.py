@@ -82,3 +82,11 @@ def test_concurrent_claims_of_one_key_let_one_win(postgres_url: str) -> None:
     engine.dispose()
 
     assert results == {"first": True, "second": False}
+
+
+def test_done_among_checks_many_keys_in_one_query(store: IdempotencyStore) -> None:
+    store.record("a", "t")
+    store.record("c", "t")
+
+    assert store.done_among(["a", "b", "c", "d"]) == {"a", "c"}
+    assert store.done_among([]) == set()

@@ -169,3 +169,22 @@ def test_a_recorded_key_makes_a_redelivered_copy_a_duplicate(
 
     wait_until(lambda: "is a duplicate" in worker.log(), timeout_s=30)
     assert count_runs(runs) == 1
+
+
+def test_copies_of_one_task_taken_in_one_batch_run_once(
+    app: App, start_worker: Callable[..., Any], runs: str
+) -> None:
+    # Given 20 copies of one task (same id, hence the same key) waiting before any worker
+    bound = _bound(app, tasks.record)
+    wire = encode(bound.envelope((runs, "batched")))
+    app.publisher.publish_many([(app.topology.exchange, bound.queue, wire)] * 20)
+
+    # When one process takes them in one prefetch batch (one SELECT for their keys)
+    worker = start_worker(
+        "-c", "1", "--prefetch", "32", env={"TASKQ_DATABASE_URL": app.settings.database_url}
+    )
+
+    # Then the first copy runs and records the key; the other 19 are duplicates
+    wait_until(lambda: worker.log().count("is a duplicate") == 19, timeout_s=30,
+               message=lambda: worker.log())
+    assert count_runs(runs) == 1
