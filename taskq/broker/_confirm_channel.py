@@ -47,6 +47,9 @@ class ConfirmChannel:
     tag, so it is matched by ``message_id`` among the pending tokens.
     """
 
+    # Publish with ``mandatory`` (returns of unroutable messages); subclasses may turn it off.
+    mandatory = True
+
     def __init__(self, connection: pika.BlockingConnection, *, wait_s: float) -> None:
         self.connection = connection
         # (exchange, routing key) pairs that need no more declaring on this connection
@@ -114,7 +117,7 @@ class ConfirmChannel:
         properties: pika.BasicProperties,
     ) -> None:
         """Publish without waiting; the confirm settles ``token`` later."""
-        self._basic_publish(exchange, routing_key, body, properties, True)
+        self._basic_publish(exchange, routing_key, body, properties, self.mandatory)
         self.tag += 1
         self.pending[self.tag] = token
 

@@ -152,18 +152,7 @@ def _close_quietly(connection: pika.BlockingConnection) -> None:
 class _NonMandatoryChannel(ConfirmChannel):
     """A confirm channel whose publishes are not ``mandatory`` (see the module docstring)."""
 
-    def send(
-        self,
-        token: int,
-        exchange: str,
-        routing_key: str,
-        body: bytes,
-        properties: pika.BasicProperties,
-    ) -> None:
-        """Publish without ``mandatory`` and without waiting; the confirm settles ``token``."""
-        self._basic_publish(exchange, routing_key, body, properties, False)
-        self.tag += 1
-        self.pending[self.tag] = token
+    mandatory = False
 
 
 class PluginPublisher:
