@@ -160,8 +160,9 @@ class WorkerLoop:
             batch = [delivery]
             if batch_max:
                 batch += subscription.get_ready(batch_max)
-                if len(batch) > 1:
-                    self._precheck(batch)
+                # Even for one delivery: it also forgets the previous batch's checks, whose
+                # deliveries may not have run (stale channel, stop) and may come back later.
+                self._precheck(batch)
             for item in batch:
                 if self._is_stopping():
                     break  # unacked: the broker requeues what was not started
