@@ -292,10 +292,7 @@ class Task(Generic[P, R]):
             eta=resolve_eta(countdown, eta),
         )
         target = queue or self.queue
-        if session is None and self.app.session_provider is not None:
-            # Framework integrations (Flask, Django) enqueue through the request's own
-            # transaction when there is one.
-            session = self.app.session_provider()
+        session = self._session(session)
         if session is not None:
             self.app.enqueue(session, envelope, target)
         else:
@@ -343,8 +340,7 @@ class Task(Generic[P, R]):
         """
         envelopes = [self.envelope(args, None, priority=priority) for args in calls]
         target = queue or self.queue
-        if session is None and self.app.session_provider is not None:
-            session = self.app.session_provider()
+        session = self._session(session)
         if session is not None:
             for envelope in envelopes:
                 self.app.enqueue(session, envelope, target)
@@ -354,6 +350,15 @@ class Task(Generic[P, R]):
             AsyncResult(e.task_id, task=self.name, queue=target, app=self.app)
             for e in envelopes
         ]
+
+    def _session(self, session: Any) -> Any:
+        """The session to enqueue through: the given one, else the ambient one, if any.
+
+        Framework integrations (Flask, Django) provide the request's own transaction.
+        """
+        if session is None and self.app.session_provider is not None:
+            return self.app.session_provider()
+        return session
 
     def envelope(
         self,
