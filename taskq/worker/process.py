@@ -159,13 +159,22 @@ def child_main(spec: ChildSpec, slots: list[Slot]) -> None:
     """
     configure_logging(spec.loglevel, spec.log_format)
     _die_with_parent(spec.supervisor_pid)
+    sys.exit(_serve(load_spec_app(spec), spec, slots))
+
+
+def load_spec_app(spec: ChildSpec) -> App:
+    """Import the app named by ``spec`` and apply its overrides; exit ``EXIT_FATAL`` if not.
+
+    Restarting cannot fix an app that does not import or does not configure, so the
+    supervisor stops instead of replacing the process.
+    """
     try:
         app = load_app(spec.app_path)
         app.configure(**spec.overrides)
     except TaskqError as exc:
         logger.error("%s", exc)
         sys.exit(EXIT_FATAL)
-    sys.exit(_serve(app, spec, slots))
+    return app
 
 
 def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:

@@ -18,13 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from taskq.errors import TaskqError
 from taskq.worker.process import (
     EXIT_FATAL,
     STARTUP_BLOCKED_SIGNALS,
     ChildSpec,
     configure_logging,
-    load_app,
+    load_spec_app,
 )
 
 if TYPE_CHECKING:
@@ -97,13 +96,7 @@ def relay_main(spec: ChildSpec) -> None:
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STARTUP_BLOCKED_SIGNALS)
-    try:
-        app = load_app(spec.app_path)
-        app.configure(**spec.overrides)
-    except TaskqError as exc:
-        logger.error("%s", exc)
-        sys.exit(EXIT_FATAL)
-    sys.exit(run_relay(app, lambda: stop))
+    sys.exit(run_relay(load_spec_app(spec), lambda: stop))
 
 
 class RelayProcess:
