@@ -86,12 +86,9 @@ def collect(app: App, queues: list[str] | None = None) -> Status:
 
 
 def _tier_names(app: App) -> list[str]:
-    ns = app.settings.namespace
-    return [
-        topo.delay_tier_name(ns, level, kind)
-        for kind in ("classic", "quorum")
-        for level in range(topo.DELAY_TIER_LEVELS)
-    ]
+    """The tiers this app publishes to (each missing one costs a passive declare)."""
+    ns, kind = app.settings.namespace, app.settings.delay_tier_queue_type
+    return [topo.delay_tier_name(ns, level, kind) for level in range(topo.DELAY_TIER_LEVELS)]
 
 
 def _broker_part(app: App, names: list[str]) -> dict[str, Any]:
