@@ -9,6 +9,7 @@ do a handful of dict operations and nothing else.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -46,6 +47,10 @@ DEAD_LETTER_HEADERS = (ERROR_TYPE, ERROR, TRACEBACK, ATTEMPTS, FAILED_AT, ORIGIN
 MAX_PRIORITY = 9
 # Error messages can be huge (a repr of a large object); headers must fit in one AMQP frame.
 ERROR_MAX_CHARS = 1000
+
+# A random (version 4, RFC 4122 variant) UUID's bits: version nibble and variant bits.
+_UUID4_CLEAR = ~((0xF000 << 64) | (0xC000 << 48)) & ((1 << 128) - 1)
+_UUID4_SET = (0x4000 << 64) | (0x8000 << 48)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MILLISECOND = timedelta(milliseconds=1)
@@ -117,6 +122,17 @@ class Envelope:
     timestamp: int | None = None
     app_id: str | None = None
     headers: dict[str, Any] = field(default_factory=dict)
+
+
+def new_task_id() -> str:
+    """A new task id: ``str(uuid.uuid4())``, made without building a ``UUID`` object.
+
+    Same source (``os.urandom``), same bits, same text; a third of the cost on the enqueue hot
+    path (benchmarks/README.md).
+    """
+    value = (int.from_bytes(os.urandom(16), "big") & _UUID4_CLEAR) | _UUID4_SET
+    h = value.to_bytes(16, "big").hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 # -- encode -----------------------------------------------------------------------------------

@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -19,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast
 
 from taskq.errors import ConfigurationError, Retry
-from taskq.message import Envelope
+from taskq.message import Envelope, new_task_id
 from taskq.results import AsyncResult
 from taskq.retry import RetryOverrides
 
@@ -377,7 +376,7 @@ class Task(Generic[P, R]):
                 f"args of task {self.name!r} must be a list or tuple, not {type(args).__name__}"
             )
         return Envelope(
-            task_id=task_id or str(uuid.uuid4()),
+            task_id=task_id or new_task_id(),
             task=self.name,
             args=list(args),
             kwargs=dict(kwargs) if kwargs else {},

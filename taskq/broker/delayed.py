@@ -29,7 +29,6 @@ import pika.exceptions
 
 from taskq.broker._confirm_channel import ConfirmChannel, ConfirmTimeout
 from taskq.broker.connection import declare, open_connection
-from taskq.broker.publisher import _properties
 from taskq.broker.topology import Declarations, HeaderBindingSpec
 from taskq.errors import BrokerConnectionError, PublishError
 from taskq.message import WireMessage
@@ -195,7 +194,6 @@ class PluginPublisher:
         """
         if not items:
             return
-        batch = [(exchange, key, wire.body, _properties(wire)) for exchange, key, wire in items]
         ids = [wire.message_id for _, _, wire in items]
         if self._pid != os.getpid():
             self._forget_inherited()
@@ -204,8 +202,8 @@ class PluginPublisher:
                 try:
                     link = self._ready_link({key for _, key, _ in items})
                     link.ids = ids
-                    for index, (exchange, key, body, properties) in enumerate(batch):
-                        link.send(index, exchange, key, body, properties)
+                    for index, (exchange, key, wire) in enumerate(items):
+                        link.send(index, exchange, key, wire)
                     link.wait_settled(link.all_settled, self._settings.publish_confirm_timeout_s)
                 except pika.exceptions.ChannelClosedByBroker as exc:
                     self._drop_link()

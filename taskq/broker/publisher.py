@@ -128,7 +128,6 @@ class Publisher:
             PublishError: not confirmed (see the module docstring for what is retried).
             TopologyError: the work queue exists with other arguments.
         """
-        properties = _properties(wire)
         ids = (wire.message_id,)
         if self._pid != os.getpid():
             self._forget_inherited()
@@ -141,7 +140,7 @@ class Publisher:
                     if (exchange, routing_key) not in link.ready:
                         link.ensure_declared(self._topology, exchange, routing_key)
                     link.ids = ids
-                    link.send(0, exchange, routing_key, wire.body, properties)
+                    link.send(0, exchange, routing_key, wire)
                     link.wait_settled(link.all_settled, self._timeout_s)
                 except Exception as exc:
                     self._recover_or_raise(exc, attempt, ids, task, exchange, routing_key)
@@ -162,10 +161,10 @@ class Publisher:
                 message ids (all others are confirmed), ``reason`` says why.
             TopologyError: a work queue exists with other arguments (nothing was published).
         """
-        batch = [(ex, key, wire.body, _properties(wire)) for ex, key, wire in items]
+        batch = list(items)
         if not batch:
             return
-        ids = [properties.message_id for _, _, _, properties in batch]
+        ids = [wire.message_id for _, _, wire in batch]
         if self._pid != os.getpid():
             self._forget_inherited()
         with self._lock:
@@ -391,7 +390,7 @@ class Publisher:
 
     def _send_window(
         self,
-        batch: list[tuple[str, str, bytes, pika.BasicProperties]],
+        batch: list[tuple[str, str, WireMessage]],
         ids: list[str | None],
         todo: list[int],
         settled: set[int],
@@ -414,10 +413,10 @@ class Publisher:
         sent = unconfirmed_bytes = 0
         try:
             for index in todo:
-                exchange, routing_key, body, properties = batch[index]
-                link.send(index, exchange, routing_key, body, properties)
+                exchange, routing_key, wire = batch[index]
+                link.send(index, exchange, routing_key, wire)
                 sent += 1
-                unconfirmed_bytes += len(body)
+                unconfirmed_bytes += len(wire.body)
                 if unconfirmed_bytes > PUBLISH_WINDOW_BYTES:
                     link.wait_settled(link.all_settled, timeout_s)
                     unconfirmed_bytes = 0

@@ -351,3 +351,13 @@ def test_protocol_doc_example_is_what_the_code_produces() -> None:
         assert re.search(rf"{name}:\s+{re.escape(str(value))}\n", doc), name
     assert f"content_type:   {wire.content_type}" in doc
     assert f"message_id:     {wire.message_id}" in doc
+
+
+def test_new_task_ids_are_random_uuid4_strings() -> None:
+    ids = [message.new_task_id() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for task_id in ids:
+        parsed = uuid.UUID(task_id)
+        assert str(parsed) == task_id
+        assert parsed.version == 4
+        assert parsed.variant == uuid.RFC_4122
