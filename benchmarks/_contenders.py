@@ -275,7 +275,7 @@ class Taskq(Contender):
     """``taskq worker -c 2`` and the app's publisher; confirms always on."""
 
     system = "taskq"
-    fast_api = "Publisher.publish_many (window 512)"
+    fast_api = "Task.starmap / Task.map (windowed confirms, 512)"
     each_api = "Task.delay()"
 
     def __init__(
@@ -284,7 +284,7 @@ class Taskq(Contender):
     ) -> None:
         self.idempotent = idempotent
         self.relay = relay
-        self.each = each  # e2e with delay() instead of publish_many
+        self.each = each  # e2e with delay() instead of starmap
         self.name = label or "taskq"
 
     def open(self, m: Measurement) -> None:
@@ -301,18 +301,13 @@ class Taskq(Contender):
         self.tasks = {kind: self.app.registry.get(f"bench.{kind}") for kind in
                       ("noop", "sleep", "latency")}
 
-    def items(self, kind: str, n: int, arg: float) -> list[tuple[str, str, Any]]:
-        from taskq.message import encode
-
-        task, exchange = self.tasks[kind], self.app.topology.exchange
-        args = () if kind == "noop" else (arg,)
-        return [(exchange, self.m.queue, encode(task.envelope(args))) for _ in range(n)]
-
     def publish_fast(self, kind: str, n: int, arg: float = 0.0) -> None:
         if self.each:
             self.publish_each(kind, n, arg)
-            return
-        self.app.publisher.publish_many(self.items(kind, n, arg))
+        elif kind == "noop":
+            self.tasks[kind].starmap([()] * n)
+        else:
+            self.tasks[kind].map([arg] * n)
 
     def publish_one(self, kind: str, arg: float = 0.0) -> None:
         task = self.tasks[kind]

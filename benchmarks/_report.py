@@ -175,7 +175,7 @@ class Results:
                   f"{dramatiq[0] if dramatiq else 'Dramatiq'}", 1.5)
         ratio("delay() >= 90% of raw pika one-confirm publish", self.median(
             "enqueue_each", "taskq"), self.median("enqueue_each", "raw pika"), "raw pika", 0.9)
-        ratio("bulk enqueue (publish_many) >= 70% of raw pika windowed",
+        ratio("bulk enqueue (Task.starmap) >= 70% of raw pika windowed",
               self.median("enqueue_fast", "taskq"), self.median("enqueue_fast", "raw pika"),
               "raw pika", 0.7)
         idem = self.median("idempotency", "taskq idempotent=True (PostgreSQL)")

@@ -28,7 +28,7 @@ from taskq.delay import (
     eta_ms_of,
 )
 from taskq.errors import BrokerConnectionError, ConfigurationError, MessageTooLarge, PublishError
-from taskq.message import Envelope, WireMessage, encode
+from taskq.message import Envelope, WireMessage, encode, gc_paused
 from taskq.registry import TaskRegistry
 from taskq.results import AsyncResult
 from taskq.settings import Settings
@@ -268,10 +268,11 @@ class App:
         self._validate_queue(queue)
         exchange = self._topology.exchange
         items = []
-        for envelope in envelopes:
-            wire = encode(envelope)
-            self._check_size(envelope, queue, len(wire.body))
-            items.append((exchange, queue, wire))
+        with gc_paused():
+            for envelope in envelopes:
+                wire = encode(envelope)
+                self._check_size(envelope, queue, len(wire.body))
+                items.append((exchange, queue, wire))
         if self.settings.task_always_eager:
             from taskq.eager import run
 

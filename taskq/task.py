@@ -18,7 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast
 
 from taskq.errors import ConfigurationError, Retry
-from taskq.message import Envelope, new_task_id
+from taskq.message import Envelope, gc_paused, new_task_id, new_task_ids
 from taskq.results import AsyncResult
 from taskq.retry import RetryOverrides
 
@@ -337,7 +337,12 @@ class Task(Generic[P, R]):
             MessageTooLarge: a message exceeds ``max_message_size_bytes`` (nothing is sent).
             PublishError: some messages were not confirmed; ``unconfirmed_ids`` lists them.
         """
-        envelopes = [self.envelope(args, None, priority=priority) for args in calls]
+        calls = calls if isinstance(calls, (list, tuple)) else list(calls)
+        with gc_paused():
+            envelopes = [
+                self.envelope(args, None, priority=priority, task_id=task_id)
+                for args, task_id in zip(calls, new_task_ids(len(calls)), strict=True)
+            ]
         target = queue or self.queue
         session = self._session(session)
         if session is not None:
@@ -345,10 +350,11 @@ class Task(Generic[P, R]):
                 self.app.enqueue(session, envelope, target)
         else:
             self.app.send_many(envelopes, target)
-        return [
-            AsyncResult(e.task_id, task=self.name, queue=target, app=self.app)
-            for e in envelopes
-        ]
+        with gc_paused():
+            return [
+                AsyncResult(e.task_id, task=self.name, queue=target, app=self.app)
+                for e in envelopes
+            ]
 
     def _session(self, session: Any) -> Any:
         """The session to enqueue through: the given one, else the ambient one, if any.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import math
+import threading
 import uuid
 from datetime import date, datetime, timedelta, timezone
 from decimal import Decimal
@@ -318,3 +319,29 @@ def test_unknown_top_level_keys_are_ignored() -> None:
 def test_str_instead_of_bytes_is_a_decode_error() -> None:
     with pytest.raises(DecodeError, match="bytes-like"):
         decode_body("not bytes")  # type: ignore[arg-type]
+
+
+def test_a_failed_encoding_leaves_nothing_behind_for_the_next() -> None:
+    """The per-thread packer is replaced after a failure, so no half-packed bytes leak."""
+    with pytest.raises(SerializationError):
+        encode_body([1, "two", object()], None, task="t")
+    assert msgpack.unpackb(encode_body([3], {"k": "v"}, task="t")) == {
+        "args": [3], "kwargs": {"k": "v"}
+    }
+
+
+def test_threads_encoding_at_once_each_get_their_own_bodies() -> None:
+    errors: list[str] = []
+
+    def encode_many(n: int) -> None:
+        for i in range(2000):
+            args = [n, i, "x" * (i % 50)]
+            if msgpack.unpackb(encode_body(args, None, task="t"))["args"] != args:
+                errors.append(f"thread {n} call {i}")
+
+    threads = [threading.Thread(target=encode_many, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []

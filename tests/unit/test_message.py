@@ -353,11 +353,39 @@ def test_protocol_doc_example_is_what_the_code_produces() -> None:
     assert f"message_id:     {wire.message_id}" in doc
 
 
-def test_new_task_ids_are_random_uuid4_strings() -> None:
-    ids = [message.new_task_id() for _ in range(2000)]
+@pytest.mark.parametrize("make", [
+    pytest.param(lambda: [message.new_task_id() for _ in range(2000)], id="one by one"),
+    pytest.param(lambda: message.new_task_ids(2000), id="in bulk"),
+])
+def test_new_task_ids_are_random_uuid4_strings(make: Any) -> None:
+    ids = make()
     assert len(set(ids)) == len(ids)
     for task_id in ids:
         parsed = uuid.UUID(task_id)
         assert str(parsed) == task_id
         assert parsed.version == 4
         assert parsed.variant == uuid.RFC_4122
+
+
+def test_bulk_task_ids_use_all_four_variant_digits() -> None:
+    assert {task_id[19] for task_id in message.new_task_ids(400)} == set("89ab")
+    assert message.new_task_ids(0) == []
+
+
+def test_gc_paused_restores_the_collector_as_it_found_it() -> None:
+    import gc
+
+    assert gc.isenabled()
+    with message.gc_paused():
+        assert not gc.isenabled()
+    assert gc.isenabled()
+    with pytest.raises(RuntimeError), message.gc_paused():
+        raise RuntimeError("boom")
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        with message.gc_paused():
+            pass
+        assert not gc.isenabled()  # left off: whoever turned it off turns it back on
+    finally:
+        gc.enable()
