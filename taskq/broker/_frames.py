@@ -26,6 +26,8 @@ _FRAME_BODY = 3
 _FRAME_END = b"\xce"
 _BASIC_CLASS = 60
 _PERSISTENT = b"\x02"
+# delivery mode 2 and each possible priority octet, ready to append
+_PERSISTENT_WITH_PRIORITY = [_PERSISTENT + bytes((p,)) for p in range(256)]
 
 # Property flags of BasicProperties (AMQP 0-9-1 §4.2.6.1 / pika.spec), in wire order.
 _CONTENT_TYPE = 1 << 15
@@ -120,40 +122,40 @@ def content_frames(channel_number: int, wire: WireMessage, body_max: int) -> byt
     ``body_max`` is the largest body frame payload the connection negotiated (frame_max - 8).
     """
     flags = _DELIVERY_MODE
-    props: list[bytes] = []
-    if wire.content_type is not None:
+    content_type, headers, priority = wire.content_type, wire.headers, wire.priority
+    message_id, timestamp, app_id = wire.message_id, wire.timestamp, wire.app_id
+    props = b""
+    if content_type is not None:
         flags |= _CONTENT_TYPE
-        props.append(_short_string(wire.content_type))
-    if wire.headers:
+        props = _short_string(content_type)
+    if headers:
         flags |= _HEADERS
-        props.append(encode_table(wire.headers))
-    props.append(_PERSISTENT)
-    if wire.priority is not None:
+        props += encode_table(headers)
+    if priority is not None:
         flags |= _PRIORITY
-        props.append(bytes((wire.priority,)))
-    if wire.message_id is not None:
+        props += _PERSISTENT_WITH_PRIORITY[priority]
+    else:
+        props += _PERSISTENT
+    if message_id is not None:
         flags |= _MESSAGE_ID
-        props.append(_uncached_short_string(wire.message_id))
-    if wire.timestamp is not None:
+        props += _uncached_short_string(message_id)
+    if timestamp is not None:
         flags |= _TIMESTAMP
-        props.append(_uint64(wire.timestamp))
-    if wire.app_id is not None:
+        props += _uint64(timestamp)
+    if app_id is not None:
         flags |= _APP_ID
-        props.append(_short_string(wire.app_id))
-    properties = b"".join(props)
+        props += _short_string(app_id)
     body = wire.body
     size = len(body)
-    parts = [
-        _content_head(_FRAME_HEADER, channel_number, 14 + len(properties), _BASIC_CLASS, 0,
-                      size, flags),
-        properties,
-        _FRAME_END,
-    ]
+    head = _content_head(_FRAME_HEADER, channel_number, 14 + len(props), _BASIC_CLASS, 0, size,
+                         flags)
     if size <= body_max:
-        if size:
-            parts += (_frame_head(_FRAME_BODY, channel_number, size), body, _FRAME_END)
-    else:
-        for start in range(0, size, body_max):
-            chunk = body[start:start + body_max]
-            parts += (_frame_head(_FRAME_BODY, channel_number, len(chunk)), chunk, _FRAME_END)
+        if not size:
+            return head + props + _FRAME_END
+        return b"".join((head, props, _FRAME_END, _frame_head(_FRAME_BODY, channel_number, size),
+                         body, _FRAME_END))
+    parts = [head, props, _FRAME_END]
+    for start in range(0, size, body_max):
+        chunk = body[start:start + body_max]
+        parts += (_frame_head(_FRAME_BODY, channel_number, len(chunk)), chunk, _FRAME_END)
     return b"".join(parts)
