@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -190,24 +191,31 @@ def _raw_properties() -> pika.BasicProperties:
     return pika.BasicProperties(delivery_mode=2, message_id=str(uuid.uuid4()))
 
 
-def raw_pipelined(url: str, queue: str, bodies: list[bytes], window: int = RAW_WINDOW) -> None:
-    """Publish ``bodies`` to ``queue`` keeping ``window`` unconfirmed (SelectConnection)."""
+def publish_windowed(
+    url: str, total: int, send: Callable[[Any, int, int], int], window: int = RAW_WINDOW
+) -> None:
+    """Publish ``total`` messages on a SelectConnection keeping ``window`` unconfirmed.
+
+    ``send(channel, first, room)`` publishes messages ``first``, ``first + 1``, ... (at most
+    ``room`` of them) and returns how many it published. Returns once all are confirmed.
+    """
     state = {"next": 0, "unconfirmed": 0, "confirmed": 0}
     holder: list[Any] = []
 
     def fill() -> None:
         channel = holder[0]
-        while state["unconfirmed"] < window and state["next"] < len(bodies):
-            channel.basic_publish("", queue, bodies[state["next"]], _raw_properties())
-            state["next"] += 1
-            state["unconfirmed"] += 1
+        while state["unconfirmed"] < window and state["next"] < total:
+            room = min(window - state["unconfirmed"], total - state["next"])
+            sent = send(channel, state["next"], room)
+            state["next"] += sent
+            state["unconfirmed"] += sent
 
     def on_confirm(frame: Any) -> None:
         method = frame.method
         done = method.delivery_tag - state["confirmed"] if method.multiple else 1
         state["confirmed"] += done
         state["unconfirmed"] -= done
-        if state["confirmed"] >= len(bodies):
+        if state["confirmed"] >= total:
             connection.close()
         else:
             fill()
@@ -222,6 +230,16 @@ def raw_pipelined(url: str, queue: str, bodies: list[bytes], window: int = RAW_W
         on_close_callback=lambda _conn, _reason: connection.ioloop.stop(),
     )
     connection.ioloop.start()
+
+
+def raw_pipelined(url: str, queue: str, bodies: list[bytes], window: int = RAW_WINDOW) -> None:
+    """Publish ``bodies`` to ``queue`` keeping ``window`` unconfirmed (SelectConnection)."""
+
+    def send_one(channel: Any, first: int, _room: int) -> int:
+        channel.basic_publish("", queue, bodies[first], _raw_properties())
+        return 1
+
+    publish_windowed(url, len(bodies), send_one, window)
 
 
 class RawPika(Contender):

@@ -34,7 +34,7 @@ from typing import Any
 
 import pika
 
-from benchmarks._contenders import raw_pipelined
+from benchmarks._contenders import publish_windowed, raw_pipelined
 from taskq import App
 from taskq.broker import topology as topo
 from taskq.broker._frames import content_frames, method_frame
@@ -67,39 +67,14 @@ def _pid_cpu_s(pid: str | None) -> float:
 
 def send_frames(url: str, frames: list[bytes], chunk: int = 32) -> None:
     """Write pre-marshalled Basic.Publish frames (channel 1) with a window of confirms."""
-    state = {"next": 0, "unconfirmed": 0, "confirmed": 0}
-    holder: list[Any] = []
-    total = len(frames)
 
-    def fill() -> None:
-        connection = holder[0].connection
-        while state["unconfirmed"] < WINDOW and state["next"] < total:
-            k = min(chunk, total - state["next"], WINDOW - state["unconfirmed"])
-            connection._adapter_emit_data(b"".join(frames[state["next"]:state["next"] + k]))
-            state["next"] += k
-            state["unconfirmed"] += k
-
-    def on_confirm(frame: Any) -> None:
-        method = frame.method
-        done = method.delivery_tag - state["confirmed"] if method.multiple else 1
-        state["confirmed"] += done
-        state["unconfirmed"] -= done
-        if state["confirmed"] >= total:
-            connection.close()
-        else:
-            fill()
-
-    def on_channel(channel: Any) -> None:
+    def send_chunk(channel: Any, first: int, room: int) -> int:
         assert channel.channel_number == 1, "frames were marshalled for channel 1"
-        holder.append(channel)
-        channel.confirm_delivery(on_confirm, callback=lambda _frame: fill())
+        count = min(chunk, room)
+        channel.connection._adapter_emit_data(b"".join(frames[first:first + count]))
+        return count
 
-    connection = pika.SelectConnection(
-        pika.URLParameters(url),
-        on_open_callback=lambda conn: conn.channel(on_open_callback=on_channel),
-        on_close_callback=lambda _conn, _reason: connection.ioloop.stop(),
-    )
-    connection.ioloop.start()
+    publish_windowed(url, len(frames), send_chunk, WINDOW)
 
 
 class Bench:
