@@ -64,6 +64,11 @@ class App:
     ) -> None:
         if not name or not isinstance(name, str):
             raise ConfigurationError("App needs a non-empty name, e.g. App('shop')")
+        if len(name.encode()) > 255:
+            raise ConfigurationError(
+                f"App name {name[:60]!r}... is longer than 255 bytes; it travels as the AMQP "
+                "app_id of every message (a short string): choose a shorter name"
+            )
         self.name = name
         self.registry = TaskRegistry()
         self._queues: dict[str, QueueOptions] = {}

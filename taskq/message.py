@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import Any, NoReturn
 
 from taskq.codec import decode_body, encode_body
@@ -230,7 +231,53 @@ def _extra_headers(envelope: Envelope) -> dict[str, Any]:
             task=envelope.task,
             task_id=envelope.task_id,
         )
-    return strip_x_death(envelope.headers)
+    headers = strip_x_death(envelope.headers)
+    for name, value in headers.items():
+        problem = _header_problem(name, value)
+        if problem:
+            raise ConfigurationError(
+                f"task {envelope.task!r}: header {str(name)[:60]!r} {problem}",
+                task=envelope.task,
+                task_id=envelope.task_id,
+            )
+    return headers
+
+
+# What an AMQP field table carries (RabbitMQ's field types as pika writes them).
+_HEADER_SCALARS = (str, bytes, bool, int, Decimal, datetime, type(None))
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def _header_problem(name: object, value: object, depth: int = 0) -> str | None:
+    """Why ``name: value`` cannot travel as an AMQP header, or ``None`` when it can."""
+    if not isinstance(name, str):
+        return "has a name that is not a str"
+    if len(name.encode()) > 255:
+        return "has a name longer than 255 bytes (AMQP short string); shorten it"
+    if depth > 20:
+        return "nests deeper than 20 levels"
+    if isinstance(value, dict):
+        for key, item in value.items():
+            problem = _header_problem(key, item, depth + 1)
+            if problem:
+                return f"holds a field {str(key)[:60]!r} that {problem}"
+        return None
+    if isinstance(value, list):
+        for item in value:
+            problem = _header_problem("item", item, depth + 1)
+            if problem:
+                return problem
+        return None
+    if isinstance(value, int) and not isinstance(value, bool) and not (
+        _INT64_MIN <= value <= _INT64_MAX
+    ):
+        return "holds an int outside the signed 64-bit range; send it as a str"
+    if not isinstance(value, _HEADER_SCALARS):
+        return (
+            f"holds a {type(value).__name__}, which AMQP headers cannot carry; use str, "
+            "bytes, bool, int, Decimal, datetime, None, or lists and dicts of them"
+        )
+    return None
 
 
 def _eta_ms(envelope: Envelope) -> int:

@@ -381,6 +381,14 @@ class Task(Generic[P, R]):
             raise ConfigurationError(
                 f"args of task {self.name!r} must be a list or tuple, not {type(args).__name__}"
             )
+        if task_id is not None and (  # 63 chars are at most 252 UTF-8 bytes: no encoding
+            task_id.__class__ is not str or (len(task_id) > 63 and len(task_id.encode()) > 255)
+        ):
+            raise ConfigurationError(
+                f"task {self.name!r}: task_id must be a str of at most 255 bytes (it is the "
+                f"AMQP message_id), got {str(task_id)[:60]!r}",
+                task=self.name,
+            )
         return Envelope(
             task_id=task_id or new_task_id(),
             task=self.name,

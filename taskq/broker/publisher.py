@@ -259,7 +259,12 @@ class Publisher:
                 routing_key,
             ) from exc
         if not isinstance(exc, (pika.exceptions.AMQPError, OSError, ConfirmTimeout)):
-            raise exc  # a bug, not a broker failure: let it show as it is
+            # A bug, not a broker failure: let it show as it is, and drop the connection so
+            # that no message buffered by the failed call goes out with a later one.
+            if link is not None:
+                link.abort()
+            self._link = None
+            raise exc
         blocked = isinstance(exc, ConfirmTimeout) and exc.blocked
         if link is not None:
             link.abort()

@@ -6,6 +6,7 @@ separate admin connection. Outages go through TCP proxies on 127.0.0.1, never th
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -158,6 +159,26 @@ def test_publish_many_lands_every_message(make_publisher, names, admin):
     assert admin.depth(queue) == 1000
     got = admin.get_all(queue)
     assert [p.message_id for _, p, _ in got] == [m.message_id for m in messages]
+
+
+def test_a_batch_that_fails_to_frame_leaves_nothing_for_the_next_call(
+    make_publisher, names, admin
+):
+    # A message whose frames cannot be built (encode() refuses such headers; this one is
+    # built by hand) fails the batch after earlier messages were buffered, not yet written.
+    publisher = make_publisher()
+    queue = names.queue("unframeable")
+    bad = dataclasses.replace(wire(), headers={"h" * 300: 1})
+    batch = [wire() for _ in range(5)] + [bad] + [wire() for _ in range(4)]
+
+    with pytest.raises(ValueError, match="longer than 255 bytes"):
+        publisher.publish_many((names.ns, queue, message) for message in batch)
+    later = [wire(), wire()]
+    publisher.publish_many((names.ns, queue, message) for message in later)
+
+    assert [p.message_id for _, p, _ in admin.get_all(queue)] == [
+        m.message_id for m in later
+    ]
 
 
 def test_concurrent_threads_share_one_publisher(make_publisher, names, admin):

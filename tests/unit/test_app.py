@@ -102,3 +102,22 @@ def test_building_an_app_opens_no_connection() -> None:
 
     assert app._publisher is None  # nothing connected until the first publish
     app.close()
+
+
+def test_an_app_name_longer_than_an_amqp_short_string_is_refused() -> None:
+    with pytest.raises(ConfigurationError, match="longer than 255 bytes"):
+        App("ä" * 128)  # 256 bytes in UTF-8
+    assert App("a" * 255).name == "a" * 255
+
+
+@pytest.mark.parametrize("task_id", ["x" * 256, "ü" * 128, 42])
+def test_a_task_id_that_cannot_be_a_message_id_is_refused(task_id: object) -> None:
+    app = App("shop")
+
+    @app.task
+    def ping() -> None:
+        return None
+
+    with pytest.raises(ConfigurationError, match="task_id must be a str of at most 255 bytes"):
+        ping.envelope((), task_id=task_id)  # type: ignore[arg-type]
+    assert ping.envelope((), task_id="é" * 127).task_id == "é" * 127

@@ -181,6 +181,34 @@ def test_extra_header_may_not_shadow_an_envelope_header() -> None:
 
 
 @pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        ({"ratio": 1.5}, "holds a float, which AMQP headers cannot carry"),
+        ({"pair": (1, 2)}, "holds a tuple"),
+        ({"big": 2**64}, "outside the signed 64-bit range"),
+        ({"n" * 256: 1}, "name longer than 255 bytes"),
+        ({"meta": {"inner": {"x": object()}}}, "holds a field 'inner' that holds a field 'x'"),
+        ({"tags": ["a", 0.5]}, "holds a float"),
+    ],
+)
+def test_extra_headers_amqp_cannot_carry_are_refused_at_enqueue(
+    headers: dict[str, Any], reason: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=re.escape(reason)) as caught:
+        encode(make_envelope(headers=headers))
+    assert caught.value.task == make_envelope().task
+
+
+def test_extra_headers_of_every_amqp_type_encode() -> None:
+    headers = {
+        "s": "text", "b": b"\x00", "t": True, "i": -(2**63), "d": Decimal("1.5"),
+        "when": datetime(2026, 1, 1, tzinfo=timezone.utc), "none": None,
+        "list": [1, "two", [3]], "map": {"k": {"deep": "v"}},
+    }
+    assert encode(make_envelope(headers=headers)).headers["map"] == {"k": {"deep": "v"}}
+
+
+@pytest.mark.parametrize(
     ("changes", "reason"),
     [
         ({"body": b"\xc1"}, "not valid msgpack"),
