@@ -9,27 +9,10 @@ prefixes the event and control exchanges, so a run leaves nothing shared behind)
 from __future__ import annotations
 
 import os
-import time
 
 from celery import Celery
 
-from benchmarks import _probe
-
-
-def noop() -> None:
-    _probe.begin()
-    _probe.end()
-
-
-def sleep(seconds: float) -> None:
-    _probe.begin()
-    time.sleep(seconds)
-    _probe.end()
-
-
-def latency(sent_at: float) -> None:
-    _probe.started(sent_at)
-    _probe.end()
+from benchmarks._apps.bodies import latency, noop, sleep
 
 
 def make_app(broker_url: str, queue: str, *, confirm: bool) -> Celery:

@@ -7,29 +7,12 @@ Its ``RabbitmqBroker`` with the default middleware. Environment: ``BENCH_BROKER_
 from __future__ import annotations
 
 import os
-import time
 from dataclasses import dataclass
 
 import dramatiq
 from dramatiq.brokers.rabbitmq import RabbitmqBroker
 
-from benchmarks import _probe
-
-
-def _noop() -> None:
-    _probe.begin()
-    _probe.end()
-
-
-def _sleep(seconds: float) -> None:
-    _probe.begin()
-    time.sleep(seconds)
-    _probe.end()
-
-
-def _latency(sent_at: float) -> None:
-    _probe.started(sent_at)
-    _probe.end()
+from benchmarks._apps.bodies import latency, noop, sleep
 
 
 @dataclass
@@ -49,8 +32,8 @@ def make(broker_url: str, queue: str, *, confirm: bool) -> Bench:
         return dramatiq.actor(fn, actor_name=name, queue_name=queue, broker=broker)
 
     return Bench(
-        broker, actor(_noop, "bench_noop"), actor(_sleep, "bench_sleep"),
-        actor(_latency, "bench_latency"),
+        broker, actor(noop, "bench_noop"), actor(sleep, "bench_sleep"),
+        actor(latency, "bench_latency"),
     )
 
 

@@ -8,31 +8,14 @@ Configured like any taskq app by ``TASKQ_NAMESPACE``, ``TASKQ_DEFAULT_QUEUE``,
 from __future__ import annotations
 
 import os
-import time
 from typing import Any
 
-from benchmarks import _probe
+from benchmarks._apps.bodies import latency, noop, sleep
 from taskq import App
 from taskq.task import TaskOptions
 
 #: Whether this taskq has the ``idempotent`` task option (idempotency in the worker).
 HAS_IDEMPOTENCY = "idempotent" in TaskOptions.__dataclass_fields__
-
-
-def noop() -> None:
-    _probe.begin()
-    _probe.end()
-
-
-def sleep(seconds: float) -> None:
-    _probe.begin()
-    time.sleep(seconds)
-    _probe.end()
-
-
-def latency(sent_at: float) -> None:
-    _probe.started(sent_at)
-    _probe.end()
 
 
 def make_app(*, idempotent: bool = False, **settings: Any) -> App:
