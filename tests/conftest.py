@@ -10,6 +10,7 @@ import os
 import socket
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -146,23 +147,36 @@ def make_app(namespace: str, database_file_url: str) -> Iterator[Callable[..., A
         delete_topology(app)
 
 
-@pytest.fixture(scope="session")
-def pg_schema_url() -> Iterator[str]:
-    """A PostgreSQL URL whose search_path is a schema only this test session uses."""
-    schema = f"tq_{uuid.uuid4().hex[:10]}"
+def schema_url(schema: str) -> str:
+    """POSTGRES_URL with ``schema`` as its search_path."""
+    return f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
+
+
+@contextmanager
+def postgres_schema(prefix: str, *, taskq_tables: bool = True) -> Iterator[str]:
+    """A new PostgreSQL schema named ``prefix_<random>`` (with taskq's tables unless told
+    otherwise), dropped with everything in it at the end."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
     admin = sa.create_engine(POSTGRES_URL)
     with admin.begin() as conn:
         conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    url = f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
-    engine = sa.create_engine(url)
-    metadata.create_all(engine)
-    engine.dispose()
     try:
-        yield url
+        if taskq_tables:
+            engine = sa.create_engine(schema_url(schema))
+            metadata.create_all(engine)
+            engine.dispose()
+        yield schema
     finally:
         with admin.begin() as conn:
             conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
         admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_schema_url() -> Iterator[str]:
+    """A PostgreSQL URL whose search_path is a schema only this test session uses."""
+    with postgres_schema("tq") as schema:
+        yield schema_url(schema)
 
 
 def truncate_taskq_tables(url: str) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -19,32 +18,16 @@ import sqlalchemy as sa
 
 from taskq.schema import metadata
 from taskq.testing import WorkerProcess
-from tests.conftest import BROKER_URL, POSTGRES_URL
+from tests.conftest import BROKER_URL, postgres_schema, schema_url
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def schema_url(schema: str) -> str:
-    """POSTGRES_URL with ``schema`` as its search_path."""
-    return f"{POSTGRES_URL}?options=-csearch_path%3D{schema}"
 
 
 @pytest.fixture(scope="session")
 def pg_schema() -> Iterator[str]:
     """A PostgreSQL schema only this session uses, with taskq's tables; dropped afterwards."""
-    schema = f"tqc_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(POSTGRES_URL)
-    with admin.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    engine = sa.create_engine(schema_url(schema))
-    metadata.create_all(engine)
-    engine.dispose()
-    try:
+    with postgres_schema("tqc") as schema:
         yield schema
-    finally:
-        with admin.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import types
-import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +21,7 @@ import sqlalchemy as sa
 from taskq import App, ConfigurationError, SerializationError
 from taskq.schema import metadata
 from taskq.testing import WorkerProcess, eager
-from tests.conftest import BROKER_URL, POSTGRES_URL, delete_topology
+from tests.conftest import BROKER_URL, POSTGRES_URL, delete_topology, postgres_schema
 from tests.contrib.conftest import ROOT, count_rows, schema_url
 from tests.support.waiting import wait_until
 
@@ -45,26 +44,20 @@ def shop_database_env(schema: str) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def django_schema() -> Iterator[str]:
     """Django set up on the example shop, migrated into a schema of this session."""
-    schema = f"tqd_{uuid.uuid4().hex[:10]}"
-    admin = sa.create_engine(POSTGRES_URL)
-    with admin.begin() as conn:
-        conn.execute(sa.text(f'CREATE SCHEMA "{schema}"'))
-    os.environ.update(shop_database_env(schema))
-    os.environ["DJANGO_SETTINGS_MODULE"] = "shopsite.settings"
-    sys.path.insert(0, str(SHOP_DIR))
-    import django
-    from django.core.management import call_command
-    from django.db import connections
+    with postgres_schema("tqd", taskq_tables=False) as schema:  # the migrations make them
+        os.environ.update(shop_database_env(schema))
+        os.environ["DJANGO_SETTINGS_MODULE"] = "shopsite.settings"
+        sys.path.insert(0, str(SHOP_DIR))
+        import django
+        from django.core.management import call_command
+        from django.db import connections
 
-    django.setup()
-    call_command("migrate", verbosity=0)
-    try:
-        yield schema
-    finally:
-        connections.close_all()
-        with admin.begin() as conn:
-            conn.execute(sa.text(f'DROP SCHEMA "{schema}" CASCADE'))
-        admin.dispose()
+        django.setup()
+        call_command("migrate", verbosity=0)
+        try:
+            yield schema
+        finally:
+            connections.close_all()
 
 
 @pytest.fixture
