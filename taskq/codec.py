@@ -76,13 +76,14 @@ class _Packers(threading.local):
     """One msgpack Packer per thread: ``msgpack.packb`` builds a new one per call, which
     costs more than packing a small body (1.8 µs against 0.6, benchmarks/README.md)."""
 
-    def __init__(self) -> None:
-        self.pack = self.fresh()
+    pack: Callable[[Any], bytes]
 
-    def fresh(self) -> Callable[[Any], bytes]:
-        packer = msgpack.Packer(default=_default, use_bin_type=True)
-        self.pack = packer.pack
-        return self.pack
+    def __init__(self) -> None:
+        self.fresh()
+
+    def fresh(self) -> None:
+        """Start over with a new Packer (after a failed pack)."""
+        self.pack = msgpack.Packer(default=_default, use_bin_type=True).pack
 
 
 # -- encoding ---------------------------------------------------------------------------------
