@@ -176,6 +176,16 @@ class Admin:
             with suppress(pika.exceptions.ChannelClosedByBroker):
                 self._channel().exchange_delete(name)
 
+    def delete_taskq_app(self, namespace: str, queue: str) -> None:
+        """Delete what a taskq app in ``namespace`` declared for its work ``queue``."""
+        from taskq.broker import topology as topo
+
+        self.delete_queues(queue, topo.dlq_name(queue), topo.unroutable_name(namespace))
+        self.delete_exchanges(
+            topo.exchange_name(namespace), topo.dlx_name(namespace),
+            topo.unroutable_name(namespace),
+        )
+
     def sleep(self, seconds: float) -> None:
         self.connection.sleep(seconds)
 
@@ -358,13 +368,7 @@ class Taskq(Contender):
         self.app.close()
 
     def cleanup(self, admin: Admin) -> None:
-        from taskq.broker import topology as topo
-
-        ns, queue = self.namespace, self.m.queue
-        admin.delete_queues(queue, topo.dlq_name(queue), topo.unroutable_name(ns))
-        admin.delete_exchanges(
-            topo.exchange_name(ns), topo.dlx_name(ns), topo.unroutable_name(ns)
-        )
+        admin.delete_taskq_app(self.namespace, self.m.queue)
 
 
 # -- Celery ---------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from typing import Any
 
 import pika
 
-from benchmarks._contenders import publish_windowed, raw_pipelined
+from benchmarks._contenders import Admin, publish_windowed, raw_pipelined
 from taskq import App
 from taskq.broker import topology as topo
 from taskq.broker._frames import content_frames, method_frame
@@ -82,6 +82,7 @@ class Bench:
         self.url = url
         self.count = count
         self.broker = _broker_pid()
+        self.admin = Admin(url)
 
     def app(self, *, priority: bool = True) -> tuple[App, Any, str]:
         """An app in a fresh namespace, its topology declared (a work queue without
@@ -109,14 +110,7 @@ class Bench:
 
     def cleanup(self, app: App) -> None:
         app.close()
-        ns, queue = app.settings.namespace, app.settings.default_queue
-        connection = pika.BlockingConnection(pika.URLParameters(self.url))
-        channel = connection.channel()
-        for name in (queue, topo.dlq_name(queue), topo.unroutable_name(ns)):
-            channel.queue_delete(name)
-        for name in (topo.exchange_name(ns), topo.dlx_name(ns), topo.unroutable_name(ns)):
-            channel.exchange_delete(name)
-        connection.close()
+        self.admin.delete_taskq_app(app.settings.namespace, app.settings.default_queue)
 
     def measure(self, run: Callable[[], None]) -> tuple[float, float, float]:
         broker0, cpu0, t0 = _pid_cpu_s(self.broker), _process_cpu_s(), time.perf_counter()
@@ -130,15 +124,11 @@ class Bench:
 
     def raw_minimal(self) -> tuple[float, float, float]:
         queue = f"bench-enq-raw-{uuid.uuid4().hex[:8]}"
-        connection = pika.BlockingConnection(pika.URLParameters(self.url))
-        connection.channel().queue_declare(queue, durable=True)
-        connection.close()
+        self.admin.declare(queue)
         try:
             return self.measure(lambda: raw_pipelined(self.url, queue, [RAW_BODY] * self.count))
         finally:
-            connection = pika.BlockingConnection(pika.URLParameters(self.url))
-            connection.channel().queue_delete(queue)
-            connection.close()
+            self.admin.delete_queues(queue)
 
     def premarshalled(
         self, *, headers: bool = True, priority: bool = True, mandatory: bool = True
