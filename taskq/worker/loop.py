@@ -3,8 +3,10 @@
 For each delivery, in order: size check, crash-loop and time-limit check (redeliveries
 only), decode, early-eta check, registry lookup, execute, then exactly one outcome action:
 ack on success; a retry the policy allows (:mod:`taskq.retry`) is published through the delay
-backend (confirmed) and *then* the delivery acked; otherwise a copy goes to the dead-letter
-exchange (confirmed) and *then* the delivery is acked. If a publish fails the delivery is
+backend (confirmed) and *then* the delivery acked (:mod:`~taskq.worker.retrying`); otherwise a
+copy goes to the dead-letter exchange (confirmed) and *then* the delivery is acked
+(:mod:`~taskq.worker.dead_letters`). Redelivered messages that killed their processes are
+settled by :mod:`~taskq.worker.crash_loops`. If a publish fails the delivery is
 requeued rather than acked, so nothing is ever dropped silently.
 
 This is the hot path. Everything that can be is computed once in ``__init__`` (task plans,
@@ -22,16 +24,8 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from taskq.errors import DecodeError, Retry, TaskqError, TimeLimitExceeded
-from taskq.message import (
-    IDEMPOTENCY_KEY,
-    RETRIES,
-    TASK,
-    Envelope,
-    WireMessage,
-    dead_letter_headers,
-    decode,
-)
+from taskq.errors import DecodeError, Retry
+from taskq.message import IDEMPOTENCY_KEY, TASK, Envelope, decode
 from taskq.retry import (
     Decision,
     GiveUp,
@@ -41,6 +35,8 @@ from taskq.retry import (
     resolve_policy,
 )
 from taskq.task import Request
+from taskq.worker.crash_loops import CrashLoopGuard
+from taskq.worker.dead_letters import DEAD_LETTER_RETRY_PAUSE_S, DeadLetterer, log_fields
 from taskq.worker.dedupe import Deduplicator, Duplicate, Unavailable
 from taskq.worker.events import Observers, TaskEvent
 from taskq.worker.execution import (
@@ -63,11 +59,6 @@ logger = logging.getLogger(__name__)
 
 # How long get() blocks before the loop looks at its flags again (stop, parent alive).
 _IDLE_POLL_S = 0.5
-# Pause before requeueing a message whose dead letter could not be published, so that a
-# broken dead-letter path does not turn into a hot redelivery loop.
-_DEAD_LETTER_RETRY_PAUSE_S = 1.0
-# Longest wait for the supervisor to record the death of a sibling that held a message.
-_DEATH_RECORD_WAIT_S = 2.0
 # A delivery due later than this is sent back to wait in the broker instead of run early
 # (a delay backend hiccup); clocks of producer and worker may differ by less.
 _EARLY_TOLERANCE_S = 1.0
@@ -112,14 +103,9 @@ class WorkerLoop:
         self._app = app
         self._subscription = subscription
         self._slot = slot
-        self._sibling_slots = tuple(sibling_slots)
-        self._ledger = ledger
         self._soft_limit = soft_limit
         self._max_size = settings.max_message_size_bytes
         self._max_tasks = settings.max_tasks_per_child
-        self._max_deaths = settings.max_process_deaths
-        self._traceback_max_chars = settings.traceback_max_chars
-        self._dlx = app.topology.dlx
         self._plans = {task.name: _plan(task) for task in app.registry}
         self._dedupe = Deduplicator(app)
         # Deliveries taken together for one idempotency SELECT (0: no idempotent task).
@@ -131,6 +117,11 @@ class WorkerLoop:
         self._info = logger.isEnabledFor(logging.INFO)
         self._parent_pid = os.getppid()
         self._observers = observers if observers is not None else Observers()
+        self._dead_letters = DeadLetterer(app, self._observers)
+        self._crash_loops = CrashLoopGuard(
+            ledger, sibling_slots, max_deaths=settings.max_process_deaths,
+            dead_letters=self._dead_letters, retrier=self._retrier, decide=self._decide,
+        )
         self.stop_requested = False
         self.tasks_done = 0
 
@@ -221,15 +212,20 @@ class WorkerLoop:
         wait), else the envelope and the task's plan.
         """
         message = delivery.message
-        if len(message.body) > self._max_size:
-            self._reject_oversized(delivery)
+        size = len(message.body)
+        if size > self._max_size:
+            self._dead_letters.dead_letter(
+                delivery, "MessageTooLarge",
+                f"body of {size} bytes exceeds max_message_size_bytes={self._max_size}",
+            )
             return None
-        if delivery.is_redelivered and self._settle_dead_process(delivery):
+        if delivery.is_redelivered and self._crash_loops.settle(delivery):
             return None
         try:
             envelope = decode(message)
         except DecodeError as exc:
-            self.dead_letter(delivery, "DecodeError", getattr(exc, "reason", str(exc)))
+            reason = getattr(exc, "reason", str(exc))
+            self._dead_letters.dead_letter(delivery, "DecodeError", reason)
             return None
         name = envelope.task
         if self._debug:
@@ -241,7 +237,7 @@ class WorkerLoop:
             return None
         plan = self._plans.get(name) or self._lookup(name)
         if plan is None:
-            self.dead_letter(
+            self._dead_letters.dead_letter(
                 delivery, "TaskNotRegistered", f"task {name!r} is not registered in this worker"
             )
             return None
@@ -256,7 +252,7 @@ class WorkerLoop:
             logger.info(
                 "task %s[%s] from %s succeeded in %.3fs (attempt %d)",
                 name, task_id, delivery.queue, outcome.duration_s, envelope.retries + 1,
-                extra=_fields(task_id, name, delivery.queue, envelope.retries,
+                extra=log_fields(task_id, name, delivery.queue, envelope.retries,
                               outcome.duration_s),
             )
         if self._observers:
@@ -284,7 +280,7 @@ class WorkerLoop:
                 logger.info(
                     "task %s[%s] from %s is a duplicate (key %s already done); skipped",
                     name, task_id, delivery.queue, key,
-                    extra=_fields(task_id, name, delivery.queue, envelope.retries),
+                    extra=log_fields(task_id, name, delivery.queue, envelope.retries),
                 )
             if self._observers:
                 self._observers.duplicate(
@@ -296,7 +292,7 @@ class WorkerLoop:
                 "task %s[%s] from %s not run: %s; returning it to the queue",
                 name, task_id, delivery.queue, result.error,
             )
-            time.sleep(_DEAD_LETTER_RETRY_PAUSE_S)
+            time.sleep(DEAD_LETTER_RETRY_PAUSE_S)
             delivery.reject(requeue=True)
             return None
         return result
@@ -341,7 +337,7 @@ class WorkerLoop:
                 "task %s[%s] from %s rejected itself: %s",
                 name, task_id, delivery.queue, outcome.reason,
             )
-            self.dead_letter(delivery, "Reject", outcome.reason, attempts=retries + 1)
+            self._dead_letters.dead_letter(delivery, "Reject", outcome.reason, attempts=retries + 1)
             return
         if isinstance(outcome, Failed):
             decision = self._decide(name, outcome.exc, retries)
@@ -351,7 +347,7 @@ class WorkerLoop:
                     name, task_id, delivery.queue, outcome.duration_s, decision.reason,
                     outcome.exc_type, outcome.message, outcome.traceback.rstrip(),
                 )
-                self.dead_letter(
+                self._dead_letters.dead_letter(
                     delivery, outcome.exc_type, outcome.message,
                     traceback=outcome.traceback, attempts=retries + 1,
                 )
@@ -384,144 +380,6 @@ class WorkerLoop:
             policy = resolve_policy(policy, RetryOverrides(max_retries=exc.max_retries))
         return decide(policy, exc, retries)
 
-    def dead_letter(
-        self,
-        delivery: Delivery,
-        error_type: str,
-        error: str,
-        *,
-        traceback: str | None = None,
-        attempts: int | None = None,
-    ) -> bool:
-        """Publish a copy of the delivery to ``Q.dlq`` with the reason, then ack it.
-
-        Returns:
-            Whether it was dead-lettered; ``False`` means it was requeued instead, because
-            the dead letter could not be published.
-        """
-        message = delivery.message
-        task = message.headers.get(TASK)
-        task = task if isinstance(task, str) else None
-        shown = task or "(unknown task)"
-        copy = self._dead_letter_copy(delivery, error_type, error, traceback, attempts)
-        try:
-            self._app.publisher.publish(
-                copy, exchange=self._dlx, routing_key=delivery.queue, task=task
-            )
-        except TaskqError as exc:
-            logger.error(
-                "task %s[%s] from %s could not be dead-lettered (%s); returning it to the "
-                "queue", shown, message.message_id, delivery.queue, exc,
-            )
-            time.sleep(_DEAD_LETTER_RETRY_PAUSE_S)
-            delivery.reject(requeue=True)
-            return False
-        delivery.ack()
-        retries = _retries(message.headers)
-        logger.error(
-            "task %s[%s] from %s dead-lettered after attempt %d: %s: %s",
-            shown, message.message_id, delivery.queue, retries + 1, error_type, error,
-            extra=_fields(message.message_id, shown, delivery.queue, retries),
-        )
-        if self._observers:
-            self._observers.dead_lettered(
-                TaskEvent(message.message_id or "", shown, delivery.queue, retries),
-                error_type, error, traceback,
-            )
-        return True
-
-    def _dead_letter_copy(
-        self,
-        delivery: Delivery,
-        error_type: str,
-        error: str,
-        traceback: str | None,
-        attempts: int | None,
-    ) -> WireMessage:
-        """Same body and properties; headers without x-death, plus the taskq-error-* ones."""
-        message = delivery.message
-        headers = dead_letter_headers(
-            message.headers,
-            error_type=error_type,
-            error=error,
-            traceback=traceback,
-            attempts=_retries(message.headers) + 1 if attempts is None else attempts,
-            origin_queue=delivery.queue,
-            traceback_max_chars=self._traceback_max_chars,
-        )
-        return message.with_headers(headers)
-
-    def _reject_oversized(self, delivery: Delivery) -> None:
-        size = len(delivery.message.body)
-        self.dead_letter(
-            delivery,
-            "MessageTooLarge",
-            f"body of {size} bytes exceeds max_message_size_bytes={self._max_size}",
-        )
-
-    def _settle_dead_process(self, delivery: Delivery) -> bool:
-        """Dead-letter a redelivered message that killed its processes; ``True`` if done."""
-        message_id = delivery.message.message_id
-        if not message_id:
-            return False
-        self._await_death_record(message_id)
-        record = self._ledger.read(message_id)
-        if record is None:
-            return False
-        retries = _retries(delivery.message.headers)
-        if record.time_limit_s is not None:
-            return self._settle_time_limit(delivery, message_id, record.time_limit_s, retries)
-        if record.deaths < self._max_deaths:
-            return False
-        error = f"the message killed its worker process {record.deaths} times"
-        # Deaths count as attempts: those of this delivery's retries level, plus the retries.
-        if self.dead_letter(
-            delivery, "ProcessCrashLoop", error, attempts=retries + record.deaths
-        ):
-            self._ledger.forget(message_id)
-        return True
-
-    def _settle_time_limit(
-        self, delivery: Delivery, message_id: str, time_limit_s: float, retries: int
-    ) -> bool:
-        """A hard time-limit kill is a failed attempt: retry per policy, else dead-letter."""
-        error = (
-            f"the task ran past its hard time limit of {time_limit_s:g}s; "
-            "its worker process was killed"
-        )
-        name = delivery.message.headers.get(TASK)
-        decision = self._decide(name, TimeLimitExceeded(error), retries)
-        if isinstance(decision, GiveUp):
-            settled = self.dead_letter(
-                delivery, "TimeLimitExceeded", error, attempts=retries + 1
-            )
-        else:
-            settled = self._retrier.retry(
-                delivery, task=str(name), retries=retries, delay_s=decision.delay_s,
-                reason=f"TimeLimitExceeded: {error}",
-            )
-        if settled:
-            # The copy is a new delivery; a stale record would dead-letter it if it is ever
-            # redelivered.
-            self._ledger.forget(message_id)
-        return True
-
-    def _await_death_record(self, message_id: str) -> None:
-        """Wait while a sibling's slot still holds the message (briefly, with a deadline).
-
-        When a process dies, the broker may redeliver its message to a sibling before the
-        supervisor has written the death to the ledger. The supervisor clears the dead
-        process's slot only after writing, so while a slot still holds this message id its
-        death is not counted yet. (A sibling that is alive and holds the same message -- its
-        channel was lost mid-task -- simply makes us wait out the deadline.)
-        """
-        encoded = message_id.encode()
-        deadline = time.monotonic() + _DEATH_RECORD_WAIT_S
-        while any(slot.message_id.value == encoded for slot in self._sibling_slots):
-            if time.monotonic() >= deadline:
-                return
-            time.sleep(0.01)
-
     def _lookup(self, name: str) -> _Plan | None:
         task = self._app.registry.lookup(name)
         if task is None:
@@ -548,20 +406,3 @@ def _plan(task: Any) -> _Plan:
         options.transactional,
         resolve_policy(RetryPolicy.from_settings(task.app.settings), options.retry_overrides()),
     )
-
-
-def _fields(
-    task_id: str | None, task: str, queue: str, retries: int, duration_s: float | None = None
-) -> dict[str, Any]:
-    """Structured fields of a task event line (``--log-format json`` prints them)."""
-    fields: dict[str, Any] = {
-        "task_id": task_id, "task": task, "queue": queue, "attempt": retries + 1,
-    }
-    if duration_s is not None:
-        fields["duration_s"] = round(duration_s, 6)
-    return fields
-
-
-def _retries(headers: dict[str, Any]) -> int:
-    retries = headers.get(RETRIES, 0)
-    return retries if isinstance(retries, int) and retries >= 0 else 0

@@ -18,7 +18,7 @@ from taskq import App
 from taskq.broker.subscription import Delivery
 from taskq.errors import PublishError
 from taskq.message import Envelope, WireMessage, encode
-from taskq.worker import loop as loop_module
+from taskq.worker import dead_letters
 from taskq.worker.deaths import DeathLedger
 from taskq.worker.loop import WorkerLoop
 from taskq.worker.time_limits import Slot, SoftTimeLimit
@@ -130,7 +130,7 @@ def test_failure_is_published_to_the_dlx_before_the_ack(
 def test_a_dead_letter_that_cannot_be_published_is_requeued_never_acked(
     app: _App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(loop_module, "_DEAD_LETTER_RETRY_PAUSE_S", 0)
+    monkeypatch.setattr(dead_letters, "DEAD_LETTER_RETRY_PAUSE_S", 0)
     recorder = Recorder(publish_fails=True)
     app._recorder = recorder
 

@@ -1,0 +1,135 @@
+"""Dead-lettering: a copy of the delivery goes to ``Q.dlq`` with the reason, then the ack.
+
+The copy keeps body and properties; its headers drop RabbitMQ's ``x-death`` family and gain
+the ``taskq-error-*`` headers of DESIGN §4 (type, message, traceback, attempts, origin queue).
+It is published to the dead-letter exchange with confirms *before* the delivery is acked: a
+crash between the two leaves a duplicate dead letter, never a lost message. When the copy
+cannot be published the delivery is requeued after a pause instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+from taskq.errors import TaskqError
+from taskq.message import RETRIES, TASK, WireMessage, dead_letter_headers
+from taskq.worker.events import Observers, TaskEvent
+
+if TYPE_CHECKING:
+    from taskq.app import App
+    from taskq.broker.subscription import Delivery
+
+logger = logging.getLogger(__name__)
+
+# Pause before requeueing a message whose dead letter could not be published, so that a
+# broken dead-letter path does not turn into a hot redelivery loop.
+DEAD_LETTER_RETRY_PAUSE_S = 1.0
+
+
+class DeadLetterer:
+    """Publishes dead letters of one worker process, then acks their deliveries.
+
+    Args:
+        app: Its publisher, dead-letter exchange and ``traceback_max_chars``.
+        observers: Told about each dead letter (results, metrics).
+    """
+
+    def __init__(self, app: App, observers: Observers) -> None:
+        self._app = app
+        self._dlx = app.topology.dlx
+        self._traceback_max_chars = app.settings.traceback_max_chars
+        self._observers = observers
+
+    def dead_letter(
+        self,
+        delivery: Delivery,
+        error_type: str,
+        error: str,
+        *,
+        traceback: str | None = None,
+        attempts: int | None = None,
+    ) -> bool:
+        """Publish a copy of the delivery to ``Q.dlq`` with the reason, then ack it.
+
+        Args:
+            delivery: The delivery to park.
+            error_type: ``taskq-error-type`` (an exception name or a taskq reason).
+            error: ``taskq-error``: what went wrong, for the operator.
+            traceback: The task's traceback, when it raised.
+            attempts: ``taskq-attempts``; defaults to the delivery's retries + 1.
+
+        Returns:
+            Whether it was dead-lettered; ``False`` means it was requeued instead, because
+            the dead letter could not be published.
+        """
+        message = delivery.message
+        task = message.headers.get(TASK)
+        task = task if isinstance(task, str) else None
+        shown = task or "(unknown task)"
+        copy = self._copy(delivery, error_type, error, traceback, attempts)
+        try:
+            self._app.publisher.publish(
+                copy, exchange=self._dlx, routing_key=delivery.queue, task=task
+            )
+        except TaskqError as exc:
+            logger.error(
+                "task %s[%s] from %s could not be dead-lettered (%s); returning it to the "
+                "queue", shown, message.message_id, delivery.queue, exc,
+            )
+            time.sleep(DEAD_LETTER_RETRY_PAUSE_S)
+            delivery.reject(requeue=True)
+            return False
+        delivery.ack()
+        retries = retries_of(message.headers)
+        logger.error(
+            "task %s[%s] from %s dead-lettered after attempt %d: %s: %s",
+            shown, message.message_id, delivery.queue, retries + 1, error_type, error,
+            extra=log_fields(message.message_id, shown, delivery.queue, retries),
+        )
+        if self._observers:
+            self._observers.dead_lettered(
+                TaskEvent(message.message_id or "", shown, delivery.queue, retries),
+                error_type, error, traceback,
+            )
+        return True
+
+    def _copy(
+        self,
+        delivery: Delivery,
+        error_type: str,
+        error: str,
+        traceback: str | None,
+        attempts: int | None,
+    ) -> WireMessage:
+        """Same body and properties; headers without x-death, plus the taskq-error-* ones."""
+        message = delivery.message
+        headers = dead_letter_headers(
+            message.headers,
+            error_type=error_type,
+            error=error,
+            traceback=traceback,
+            attempts=retries_of(message.headers) + 1 if attempts is None else attempts,
+            origin_queue=delivery.queue,
+            traceback_max_chars=self._traceback_max_chars,
+        )
+        return message.with_headers(headers)
+
+
+def log_fields(
+    task_id: str | None, task: str, queue: str, retries: int, duration_s: float | None = None
+) -> dict[str, Any]:
+    """Structured fields of a task event line (``--log-format json`` prints them)."""
+    fields: dict[str, Any] = {
+        "task_id": task_id, "task": task, "queue": queue, "attempt": retries + 1,
+    }
+    if duration_s is not None:
+        fields["duration_s"] = round(duration_s, 6)
+    return fields
+
+
+def retries_of(headers: dict[str, Any]) -> int:
+    """The ``taskq-retries`` header as a count (0 when missing or not a valid count)."""
+    retries = headers.get(RETRIES, 0)
+    return retries if isinstance(retries, int) and retries >= 0 else 0
