@@ -23,21 +23,33 @@ from __future__ import annotations
 import logging
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol
 
 from taskq.message import WireMessage, decode
-from taskq.task import Request, current_request
+from taskq.request import Request, current_request
 from taskq.worker.execution import in_task_context
 
 if TYPE_CHECKING:
-    from taskq.app import App
+    from taskq.registry import TaskRegistry
 
 logger = logging.getLogger(__name__)
 
 _PENDING = "taskq_eager_pending"
 
 
-def run(app: App, wire: WireMessage, queue: str) -> Any:
+class EagerApp(Protocol):
+    """What eager mode needs of the app (:class:`~taskq.app.App` provides it)."""
+
+    registry: TaskRegistry
+    task_context: list[Callable[[], AbstractContextManager[Any]]]
+
+    @property
+    def engine(self) -> Any:
+        """The app's SQLAlchemy engine (transactional tasks run in a session on it)."""
+
+
+def run(app: EagerApp, wire: WireMessage, queue: str) -> Any:
     """Decode ``wire`` as a worker would and run its task now; return what the task returns.
 
     The task sees ``self.request`` (``bind=True``) with its id, queue and key, as in a worker.
@@ -74,7 +86,7 @@ def run(app: App, wire: WireMessage, queue: str) -> Any:
         current_request.reset(token)
 
 
-def run_on_commit(app: App, target: Any, wire: WireMessage, queue: str) -> None:
+def run_on_commit(app: EagerApp, target: Any, wire: WireMessage, queue: str) -> None:
     """Run ``wire``'s task when ``target``'s transaction commits (see the module docstring).
 
     Args:

@@ -15,14 +15,12 @@ import enum
 import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from taskq.errors import ResultError, ResultTimeout, SerializationError, TaskFailed
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
-
-    from taskq.app import App
 
 
 class ResultState(str, enum.Enum):
@@ -199,6 +197,14 @@ class ResultStore:
             conn.execute(stmt)
 
 
+class ResultSource(Protocol):
+    """Where an :class:`AsyncResult` reads its record: the app (``app.results``)."""
+
+    @property
+    def results(self) -> ResultStore:
+        """The result store of the app's database."""
+
+
 class AsyncResult:
     """A handle on one enqueued task: its id, and its state and result when stored.
 
@@ -211,7 +217,9 @@ class AsyncResult:
 
     __slots__ = ("id", "task", "queue", "app")
 
-    def __init__(self, task_id: str, *, task: str, queue: str, app: App | None = None) -> None:
+    def __init__(
+        self, task_id: str, *, task: str, queue: str, app: ResultSource | None = None
+    ) -> None:
         self.id = task_id
         self.task = task
         self.queue = queue

@@ -12,18 +12,19 @@ import functools
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast
 
 from taskq.errors import ConfigurationError, Retry
 from taskq.message import Envelope, gc_paused, new_task_id, new_task_ids
+from taskq.request import Request, current_request
 from taskq.results import AsyncResult
 from taskq.retry import RetryOverrides
 
 if TYPE_CHECKING:
-    from taskq.app import App
+    from taskq.results import ResultStore
+    from taskq.settings import Settings
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -110,34 +111,28 @@ class TaskOptions:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Request:
-    """The delivery a worker is executing, as task code sees it (``self.request``).
+class TaskApp(Protocol):
+    """What a :class:`Task` needs of its app (:class:`~taskq.app.App` provides it).
 
-    Args:
-        task_id: The task id (AMQP ``message_id``); ``""`` for an in-process call.
-        task: The registered task name.
-        retries: Retries already done: 0 on the first run (``taskq-retries``).
-        queue: The queue the message was consumed from.
-        idempotency_key: The key recorded when the task succeeds.
-        eta: When the message was due, for delayed tasks and retries.
-        headers: Extra headers of the message.
-        is_redelivered: The broker delivered the message before (a process or channel died).
+    A protocol rather than the App itself, so that ``task`` does not depend on ``app``.
     """
 
-    task_id: str
-    task: str
-    retries: int = 0
-    queue: str = ""
-    idempotency_key: str = ""
-    eta: datetime | None = None
-    headers: Mapping[str, Any] = field(default_factory=dict)
-    is_redelivered: bool = False
+    name: str
+    settings: Settings
+    session_provider: Callable[[], Any] | None
 
+    @property
+    def results(self) -> ResultStore:
+        """The result store (read by :class:`~taskq.results.AsyncResult`)."""
 
-#: The request of the task the worker is executing in this context; set by
-#: :func:`taskq.worker.execution.execute` around the task call.
-current_request: ContextVar[Request | None] = ContextVar("taskq_current_request", default=None)
+    def send(self, envelope: Envelope, queue: str) -> None:
+        """Publish one envelope now, with confirms."""
+
+    def send_many(self, envelopes: list[Envelope], queue: str) -> None:
+        """Publish envelopes now, with windowed confirms."""
+
+    def enqueue(self, session: Any, envelope: Envelope, queue: str) -> bool:
+        """Add an envelope to the outbox in ``session``'s transaction."""
 
 
 def validate_priority(priority: int) -> int:
@@ -160,7 +155,7 @@ class Task(Generic[P, R]):
     """
 
     def __init__(
-        self, app: App, fn: Callable[P, R], *, name: str, options: TaskOptions
+        self, app: TaskApp, fn: Callable[P, R], *, name: str, options: TaskOptions
     ) -> None:
         self.app = app
         self.fn = fn

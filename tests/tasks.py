@@ -209,7 +209,7 @@ def explode(path: str) -> None:
 @app.task(autoretry_for=(ValueError,), max_retries=5, retry_backoff=0.1, retry_jitter=False)
 def fail_first_attempt(path: str) -> None:
     """First attempt: record, wait for ``path + '.go'`` (up to 20 s), then fail; later: ok."""
-    from taskq.task import current_request
+    from taskq.request import current_request
 
     if current_request.get().retries == 0:
         append_line(path, "attempt0")

@@ -2,8 +2,8 @@
 
 This module decides nothing about the broker and knows nothing of pika: the worker loop turns
 each outcome into exactly one broker action (ack; retry later, see :mod:`taskq.retry`; or
-dead-letter then ack). While the task runs, :data:`taskq.task.current_request` holds its
-:class:`~taskq.task.Request`, which is how task code reads ``self.request``.
+dead-letter then ack). While the task runs, :data:`taskq.request.current_request` holds its
+:class:`~taskq.request.Request`, which is how task code reads ``self.request``.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskq.errors import Reject, Retry
-from taskq.task import Request, current_request
+from taskq.request import Request, current_request
 from taskq.worker.time_limits import SoftTimeLimit
 
 logger = logging.getLogger(__name__)

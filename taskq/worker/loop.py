@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from taskq.errors import DecodeError, Retry
 from taskq.message import IDEMPOTENCY_KEY, TASK, Envelope, decode
+from taskq.request import Request
 from taskq.retry import (
     Decision,
     GiveUp,
@@ -34,7 +35,6 @@ from taskq.retry import (
     decide,
     resolve_policy,
 )
-from taskq.task import Request
 from taskq.worker.crash_loops import CrashLoopGuard
 from taskq.worker.dead_letters import DEAD_LETTER_RETRY_PAUSE_S, DeadLetterer, log_fields
 from taskq.worker.dedupe import Deduplicator, Duplicate, Unavailable

@@ -10,7 +10,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "taskq"
 
 LAYERS = {
-    1: {"errors", "settings", "codec", "message", "retry", "broker.topology", "_clock"},
+    1: {
+        "errors", "settings", "codec", "message", "retry", "request", "broker.topology",
+        "_clock",
+    },
     2: {
         "broker", "broker.connection", "broker.publisher", "broker.subscription", "db",
         "schema", "outbox.store", "idempotency", "results", "delay",
@@ -79,3 +82,51 @@ def test_pika_only_under_broker(path: Path) -> None:
         return
     for name in _runtime_imports(ast.parse(path.read_text())):
         assert not name.startswith("pika"), f"taskq.{module} imports pika; use taskq.broker"
+
+
+def _all_imports(tree: ast.Module, modules: set[str]) -> set[str]:
+    """Every taskq module ``tree`` imports: type-only and function-level imports included.
+
+    ``from taskq.pkg import submodule`` counts as an import of the submodule only.
+    """
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            submodules = {f"{node.module}.{alias.name}" for alias in node.names} & modules
+            found.update(submodules or {node.module})
+    return {name.removeprefix("taskq.") for name in found if name.startswith("taskq.")}
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle of ``graph`` as a path that ends where it starts, or ``None``."""
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+
+    def visit(module: str, path: list[str]) -> list[str] | None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                return [*path[path.index(target):], target]
+            if target not in state and (found := visit(target, [*path, target])):
+                return found
+        state[module] = 2
+        return None
+
+    for start in sorted(graph):
+        if start not in state and (found := visit(start, [start])):
+            return found
+    return None
+
+
+def test_no_import_cycles_even_through_type_only_imports() -> None:
+    # A type-only import is still a dependency a reader must follow; a circle of them
+    # (app -> task -> app) means no module of the circle can be understood on its own.
+    modules = {_module_name(path) for path in MODULES}
+    dotted = {f"taskq.{name}" for name in modules}
+    graph = {
+        _module_name(path): _all_imports(ast.parse(path.read_text()), dotted)
+        - {_module_name(path)}
+        for path in MODULES
+    }
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])

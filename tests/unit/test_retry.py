@@ -8,6 +8,7 @@ from datetime import timedelta
 import pytest
 
 from taskq import App, ConfigurationError, Retry, TimeLimitExceeded
+from taskq.request import Request, current_request
 from taskq.retry import (
     GiveUp,
     RetryLater,
@@ -18,7 +19,6 @@ from taskq.retry import (
     resolve_policy,
 )
 from taskq.settings import Settings
-from taskq.task import Request, current_request
 
 
 class Transient(Exception):
