@@ -16,21 +16,12 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from taskq.broker.publisher import Publisher
 from taskq.broker.topology import QueueOptions, Topology, validate_queue_name
-from taskq.delay import (
-    DelayBackend,
-    DelayDeclarer,
-    DelayedMessage,
-    build_backend,
-    choose_backend,
-    delay_ms_from_s,
-    due_item,
-    epoch_ms,
-    eta_ms_of,
-)
-from taskq.errors import BrokerConnectionError, ConfigurationError, MessageTooLarge, PublishError
+from taskq.delay import DelayBackend, DelayedMessage, delay_ms_from_s, epoch_ms, eta_ms_of
+from taskq.errors import ConfigurationError, MessageTooLarge
 from taskq.message import Envelope, WireMessage, encode, gc_paused
 from taskq.registry import TaskRegistry
 from taskq.results import AsyncResult
+from taskq.sending import Sender
 from taskq.settings import Settings
 from taskq.task import Task, TaskOptions
 
@@ -74,13 +65,10 @@ class App:
         self._queues: dict[str, QueueOptions] = {}
         self._validated_queues: set[str] = set()
         self._lock = threading.Lock()
-        self._publisher: Publisher | None = None
-        self._publisher_pid = 0
         self._engine: Any = None
         self._engine_pid = 0
         self._store: Any = None
         self._results: Any = None
-        self._owned_publishers: list[Publisher] = []
         #: Returns the session that ``delay()`` without ``session=`` should enqueue through
         #: (the outbox), or ``None`` to publish directly. Set by framework integrations.
         self.session_provider: Callable[[], Any] | None = None
@@ -88,17 +76,11 @@ class App:
         #: (in the worker and in eager mode), e.g. a Flask application context. Set them
         #: before the worker starts. Set by framework integrations.
         self.task_context: list[Callable[[], AbstractContextManager[Any]]] = []
-        # Delays: the backend kind is chosen once (it may ask the broker); backends are built
-        # per publisher (the app's, each relay's) and the declarer is shared.
-        self._delay_lock = threading.Lock()
-        self._delay_kind: str | None = None
-        self._delay_declarer: DelayDeclarer | None = None
-        self._delay: tuple[Publisher, DelayBackend] | None = None
-        self._owned_delays: list[DelayBackend] = []
         self.settings = Settings.load(
             {"broker_url": broker_url, "database_url": database_url, **settings}
         )
         self._topology = self._build_topology()
+        self._sender = Sender(self.settings, self._topology)
 
     def __repr__(self) -> str:
         return f"<App {self.name} namespace={self.settings.namespace}>"
@@ -108,13 +90,14 @@ class App:
     def configure(self, **changes: Any) -> None:
         """Apply setting changes (e.g. CLI flags, which win over everything else).
 
-        The publisher is dropped so the next publish uses the new settings.
+        The publisher and delay backends are dropped (and the delay backend chosen again)
+        so that the next publish uses the new settings.
         """
         with self._lock:
             self.settings = self.settings.replace(**changes)
             self._topology = self._build_topology()
-            self._drop_publisher()
-            self._drop_delays(forget_choice=True)
+            self._sender.close()
+            self._sender = Sender(self.settings, self._topology)
 
     @property
     def topology(self) -> Topology:
@@ -224,16 +207,7 @@ class App:
     @property
     def publisher(self) -> Publisher:
         """This process's publisher (created on first use; a new one after fork)."""
-        publisher = self._publisher
-        if publisher is not None and self._publisher_pid == os.getpid():
-            return publisher
-        with self._lock:
-            if self._publisher is None or self._publisher_pid != os.getpid():
-                # After fork the parent's publisher object is simply forgotten: closing it
-                # here would write to a socket the parent still owns.
-                self._publisher = Publisher(self.settings, self._topology)
-                self._publisher_pid = os.getpid()
-            return self._publisher
+        return self._sender.publisher
 
     def send(self, envelope: Envelope, queue: str) -> None:
         """Encode ``envelope`` and publish it to ``queue`` with confirms.
@@ -254,7 +228,7 @@ class App:
         if envelope.eta is not None:
             eta_ms = eta_ms_of(envelope.eta)
             if eta_ms > epoch_ms():
-                self.publish_delayed_many([DelayedMessage(wire, queue, eta_ms)])
+                self._sender.publish_delayed_many([DelayedMessage(wire, queue, eta_ms)])
                 return
         self.publisher.publish(
             wire, exchange=self._topology.exchange, routing_key=queue, task=envelope.task
@@ -316,17 +290,7 @@ class App:
         """
         for message in messages:
             self._validate_queue(message.queue)
-        now = epoch_ms()
-        due = [due_item(self._topology, m) for m in messages if m.eta_ms <= now]
-        later = [m for m in messages if m.eta_ms > now]
-        if len(due) == 1:
-            exchange, key, wire = due[0]
-            self.publisher.publish(wire, exchange=exchange, routing_key=key)
-        elif due:
-            self.publisher.publish_many(due)
-        if later:
-            # The backend reads the clock itself, after any connecting and declaring.
-            self.delay_backend.publish_many(later)
+        self._sender.publish_delayed_many(messages)
 
     @property
     def delay_backend(self) -> DelayBackend:
@@ -339,17 +303,7 @@ class App:
             PublishError: the broker is unreachable, so ``auto`` cannot choose.
             ConfigurationError: ``delay_backend='plugin'`` and the broker lacks the plugin.
         """
-        publisher = self.publisher
-        current = self._delay
-        if current is not None and current[0] is publisher:
-            return current[1]
-        backend = self._new_delay_backend(publisher)
-        with self._delay_lock:
-            if self._delay is not None and self._delay[0] is publisher:
-                backend.close()
-                return self._delay[1]
-            self._delay = (publisher, backend)
-        return backend
+        return self._sender.delay_backend
 
     @property
     def delay_backend_name(self) -> str:
@@ -358,7 +312,7 @@ class App:
         Raises:
             PublishError: the broker is unreachable, so ``auto`` cannot choose.
         """
-        return self._chosen_delay_kind()
+        return self._sender.delay_kind()
 
     def enqueue(self, session: Any, envelope: Envelope, queue: str) -> bool:
         """Add ``envelope`` to the outbox in ``session``'s transaction (no commit).
@@ -374,8 +328,6 @@ class App:
             MessageTooLarge: the body exceeds ``max_message_size_bytes``.
             OutboxError: the row could not be written.
         """
-        from taskq.outbox.store import OutboxRow
-
         self._validate_queue(queue)
         wire = encode(envelope)
         self._check_size(envelope, queue, len(wire.body))
@@ -384,42 +336,12 @@ class App:
 
             run_on_commit(self, session, wire, queue)
             return True
-        store = self._outbox_store()
-        next_attempt_at = None
-        if envelope.eta is not None:
-            # Rows due beyond the horizon stay in the database until they are near due: a
-            # month-long delay never sits in RabbitMQ. The relay hands nearer ones to the
-            # delay backend.
-            next_attempt_at = envelope.eta - timedelta(
-                seconds=self.settings.outbox_delay_horizon_s
-            )
-        row = OutboxRow(
-            id=envelope.task_id,
-            queue=queue,
-            task=envelope.task,
-            body=wire.body,
-            headers=wire.headers,
-            priority=envelope.priority,
-            eta=envelope.eta,
-            idempotency_key=envelope.idempotency_key,
-            created_at=store.created_at(),
-            next_attempt_at=next_attempt_at,
-        )
-        try:
-            return bool(store.add(session, row))
-        except Exception as exc:
-            if type(exc).__module__.startswith("sqlalchemy"):
-                from taskq.errors import OutboxError
+        from taskq.outbox.enqueue import add_to_outbox
 
-                raise OutboxError(
-                    f"cannot add task {envelope.task!r} (id {envelope.task_id}) for queue "
-                    f"{queue!r} to the outbox: {exc}; run app.create_tables() or "
-                    "`taskq db create` if the table is missing",
-                    task=envelope.task,
-                    task_id=envelope.task_id,
-                    queue=queue,
-                ) from exc
-            raise
+        return add_to_outbox(
+            self._outbox_store(), session, envelope, wire, queue,
+            horizon_s=self.settings.outbox_delay_horizon_s,
+        )
 
     # -- database ----------------------------------------------------------------------------
 
@@ -474,15 +396,14 @@ class App:
             retry_max_s=self.settings.outbox_retry_max_s,
         )
         if publisher is None:
-            publisher = Publisher(self.settings, self._topology, client_name="taskq relay")
-            self._owned_publishers.append(publisher)
+            publisher = self._sender.relay_publisher()
         return OutboxRelay(
             self.engine,
             publisher,
             exchange=self._topology.exchange,
             app_id=self.name,
             config=config,
-            delay=self._delay_factory(publisher),
+            delay=self._sender.delay_factory(publisher),
         )
 
     def _outbox_store(self) -> Any:
@@ -495,11 +416,7 @@ class App:
     def close(self) -> None:
         """Close this process's broker connection and database pool (safe to repeat)."""
         with self._lock:
-            self._drop_publisher()
-            owned, self._owned_publishers = self._owned_publishers, []
-            for publisher in owned:
-                publisher.close()
-            self._drop_delays(forget_choice=False)
+            self._sender.close()
             engine, self._engine = self._engine, None
             if engine is not None and self._engine_pid == os.getpid():
                 engine.dispose()
@@ -510,51 +427,6 @@ class App:
         if queue not in self._validated_queues:
             validate_queue_name(queue)
             self._validated_queues.add(queue)
-
-    def _chosen_delay_kind(self) -> str:
-        with self._delay_lock:
-            if self._delay_kind is None:
-                try:
-                    self._delay_kind = choose_backend(self.settings)
-                except BrokerConnectionError as exc:
-                    raise PublishError(
-                        f"{exc.message}; cannot choose the delay backend, so the delayed "
-                        "message was not published",
-                        reason="unreachable",
-                    ) from exc
-            return self._delay_kind
-
-    def _new_delay_backend(self, publisher: Publisher) -> DelayBackend:
-        kind = self._chosen_delay_kind()
-        with self._delay_lock:
-            if self._delay_declarer is None:
-                self._delay_declarer = DelayDeclarer(self.settings, self._topology)
-            declarer = self._delay_declarer
-        return build_backend(kind, self.settings, self._topology, publisher, declarer)
-
-    def _delay_factory(self, publisher: Publisher) -> Callable[[], DelayBackend]:
-        """A lazy backend for a relay's publisher: nothing is probed until a row needs it."""
-        built: list[DelayBackend] = []
-
-        def factory() -> DelayBackend:
-            if not built:
-                built.append(self._new_delay_backend(publisher))
-                self._owned_delays.append(built[0])
-            return built[0]
-
-        return factory
-
-    def _drop_delays(self, *, forget_choice: bool) -> None:
-        current, self._delay = self._delay, None
-        owned, self._owned_delays = self._owned_delays, []
-        if forget_choice:  # the settings changed: choose and declare again
-            self._delay_kind = None
-            self._delay_declarer = None
-        for backend in (*owned, *([current[1]] if current else [])):
-            try:
-                backend.close()
-            except Exception:  # closing is best effort; the connection may be gone
-                logger.debug("error closing a delay backend", exc_info=True)
 
     def _check_size(self, envelope: Envelope, queue: str, size_bytes: int) -> None:
         limit = self.settings.max_message_size_bytes
@@ -576,11 +448,3 @@ class App:
             default_max_priority=self.settings.default_max_priority,
             queues=self._queues,
         )
-
-    def _drop_publisher(self) -> None:
-        publisher, self._publisher = self._publisher, None
-        if publisher is not None and self._publisher_pid == os.getpid():
-            try:
-                publisher.close()
-            except Exception:  # closing is best effort; the connection may be gone
-                logger.debug("error closing publisher", exc_info=True)

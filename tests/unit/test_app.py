@@ -100,7 +100,7 @@ def test_building_an_app_opens_no_connection() -> None:
     def noop() -> None:
         return None
 
-    assert app._publisher is None  # nothing connected until the first publish
+    assert app._sender._publisher is None  # nothing connected until the first publish
     app.close()
 
 

@@ -16,7 +16,7 @@ LAYERS = {
     },
     2: {
         "broker", "broker.connection", "broker.publisher", "broker.subscription", "db",
-        "schema", "outbox.store", "idempotency", "results", "delay",
+        "schema", "outbox.store", "idempotency", "results", "delay", "sending",
     },
     3: {
         "app", "task", "registry", "middleware", "outbox", "outbox.relay", "worker", "dlq",

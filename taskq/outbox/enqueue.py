@@ -1,0 +1,63 @@
+"""Enqueue through the outbox: one encoded task becomes one row in the caller's transaction.
+
+The row commits (or rolls back) with the caller's business change; the relay publishes it
+afterwards. A task due beyond ``outbox_delay_horizon_s`` stays in the table until it is near
+due, so a month-long delay never sits in RabbitMQ.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from taskq.errors import OutboxError
+from taskq.message import Envelope, WireMessage
+from taskq.outbox.store import OutboxRow, OutboxStore
+
+
+def add_to_outbox(
+    store: OutboxStore,
+    session: Any,
+    envelope: Envelope,
+    wire: WireMessage,
+    queue: str,
+    *,
+    horizon_s: float,
+) -> bool:
+    """Add the row of ``envelope`` (encoded as ``wire``) for ``queue`` in ``session``.
+
+    Returns:
+        ``False`` when the task id or idempotency key is already in the outbox.
+
+    Raises:
+        OutboxError: the row could not be written (missing table, database error).
+    """
+    next_attempt_at = None
+    if envelope.eta is not None:
+        # The relay claims it this long before its eta and hands it to the delay backend.
+        next_attempt_at = envelope.eta - timedelta(seconds=horizon_s)
+    row = OutboxRow(
+        id=envelope.task_id,
+        queue=queue,
+        task=envelope.task,
+        body=wire.body,
+        headers=wire.headers,
+        priority=envelope.priority,
+        eta=envelope.eta,
+        idempotency_key=envelope.idempotency_key,
+        created_at=store.created_at(),
+        next_attempt_at=next_attempt_at,
+    )
+    try:
+        return bool(store.add(session, row))
+    except Exception as exc:
+        if not type(exc).__module__.startswith("sqlalchemy"):
+            raise
+        raise OutboxError(
+            f"cannot add task {envelope.task!r} (id {envelope.task_id}) for queue {queue!r} "
+            f"to the outbox: {exc}; run app.create_tables() or `taskq db create` if the "
+            "table is missing",
+            task=envelope.task,
+            task_id=envelope.task_id,
+            queue=queue,
+        ) from exc
