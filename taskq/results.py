@@ -7,6 +7,17 @@ pending, as in Celery), ``STARTED``, ``RETRY`` (failed, a retry is scheduled), t
 ``SUCCESS``, ``FAILURE`` (the task raised and no retry was left; its message is in
 ``Q.dlq``) or ``DEAD`` (dead-lettered for another reason: rejected, time limit, crash loop).
 Return values are stored with taskq's msgpack codec (never pickle).
+
+Rows only move forward, and the rule is in the upsert's SQL (``ON CONFLICT ... DO UPDATE ...
+WHERE``), so it holds across worker processes and however late a write arrives:
+
+- ``SUCCESS`` is never replaced: a duplicate delivery, or a copy without an idempotency key
+  that ran again, does not change a stored value.
+- ``FAILURE`` and ``DEAD`` are replaced only by another final state: a later run that ended,
+  such as a dead letter replayed with ``taskq dlq replay`` (its ``STARTED`` is not shown).
+- ``STARTED`` and ``RETRY`` never replace a final state, nor a row of a later attempt
+  (more ``retries``): a retry copy may start before the failed attempt's ``RETRY`` is
+  written. Within one attempt ``RETRY`` replaces ``STARTED``, not the other way round.
 """
 
 from __future__ import annotations
@@ -21,6 +32,7 @@ from taskq.errors import ResultError, ResultTimeout, SerializationError, TaskFai
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
+    from sqlalchemy.sql.elements import ColumnElement
 
 
 class ResultState(str, enum.Enum):
@@ -78,6 +90,11 @@ def _iso(value: datetime | None) -> str | None:
 class ResultStore:
     """Writes and reads ``taskq_results`` (one upsert per state change).
 
+    Every write (``started``, ``succeeded``, ``failed``, ``already_done``) follows the rules of
+    the module docstring: a write that may not replace the stored row changes nothing. A write
+    that fails raises :class:`~taskq.errors.ResultError` whose ``unavailable`` attribute says
+    whether the database could not be reached (try again later) or refused the row.
+
     Args:
         engine: Engine of the database named by ``database_url``.
     """
@@ -114,6 +131,17 @@ class ResultStore:
         """The attempt failed: ``RETRY`` (will run again), ``FAILURE`` or ``DEAD``."""
         self._upsert(task_id, task, state, retries=retries, error=error, traceback=traceback,
                      finished=state.is_ready)
+
+    def already_done(self, task_id: str, task: str, retries: int) -> None:
+        """A duplicate found its idempotency key done: ``SUCCESS``, value unknown.
+
+        The key is recorded only when a run succeeded, so the task did succeed; this
+        process has no return value, so none is stored (``error`` says why). The row changes
+        only when no success is stored yet: the run that succeeded may have lost its own
+        write to a database outage, or the key belongs to another task id.
+        """
+        self._upsert(task_id, task, ResultState.SUCCESS, retries=retries,
+                     error=_NOT_RUN_AGAIN, finished=True)
 
     def get(self, task_id: str) -> ResultRecord | None:
         """The record of ``task_id``, or ``None`` when there is none (``PENDING``).
@@ -175,6 +203,7 @@ class ResultStore:
         started: bool = False,
         finished: bool = False,
     ) -> None:
+        import sqlalchemy as sa
         from sqlalchemy.dialects import postgresql, sqlite
 
         from taskq.db import utcnow
@@ -192,9 +221,56 @@ class ResultStore:
         values = {"task_id": task_id, "task": task, "created_at": now, **changes}
         dialect = postgresql if self.engine.dialect.name == "postgresql" else sqlite
         stmt = dialect.insert(t).values(values)
-        stmt = stmt.on_conflict_do_update(index_elements=["task_id"], set_=changes)
-        with self.engine.begin() as conn:
-            conn.execute(stmt)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["task_id"], set_=changes, where=_may_replace(state, retries)
+        )
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(stmt)
+        except sa.exc.SQLAlchemyError as exc:
+            # The driver's message only: SQLAlchemy's own text repeats the parameters,
+            # which hold the task's return value.
+            raise ResultError(
+                f"cannot store the {state.value} result of task {task} ({task_id}): "
+                f"{getattr(exc, 'orig', None) or exc}",
+                task_id=task_id, task=task, unavailable=_unreachable(exc),
+            ) from exc
+
+
+# What the SQL of _may_replace compares with; PENDING is never stored.
+_FINAL_STATES = (ResultState.SUCCESS.value, ResultState.FAILURE.value, ResultState.DEAD.value)
+_NOT_RUN_AGAIN = (
+    "not run again: a duplicate delivery found its idempotency key done, so an earlier run "
+    "succeeded, but that run's return value was not stored"
+)
+
+
+def _may_replace(state: ResultState, retries: int) -> ColumnElement[bool]:
+    """SQL: may the stored row take ``state`` of attempt ``retries + 1``? (module docstring)."""
+    import sqlalchemy as sa
+
+    from taskq.schema import results_table as t
+
+    if state.is_ready:
+        return t.c.state != ResultState.SUCCESS.value
+    running = t.c.state.not_in(_FINAL_STATES)
+    if state is ResultState.RETRY:
+        return sa.and_(running, t.c.retries <= retries)
+    same_attempt_running = sa.and_(t.c.retries == retries,
+                                   t.c.state == ResultState.STARTED.value)
+    return sa.and_(running, sa.or_(t.c.retries < retries, same_attempt_running))
+
+
+def _unreachable(exc: Exception) -> bool:
+    """Whether a database error means "cannot reach it now" (retry later), not a bad write."""
+    import sqlalchemy as sa
+
+    if isinstance(exc, sa.exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    # OperationalError: connection refused or lost, server shutting down, SQLite locked;
+    # InterfaceError: the driver's connection is closed; TimeoutError: the pool is empty.
+    return isinstance(exc, (sa.exc.OperationalError, sa.exc.InterfaceError,
+                            sa.exc.TimeoutError, sa.exc.DisconnectionError))
 
 
 class ResultSource(Protocol):

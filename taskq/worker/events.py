@@ -2,7 +2,11 @@
 
 The loop reports each task event once to :class:`Observers`; with no observer registered
 the cost on the hot path is one truthiness check. An observer that raises is logged and
-never changes what happens to the message.
+never changes what happens to the message, with one exception: :meth:`Observer.completed`
+runs before the ack, and when it cannot reach its database (a
+:class:`~taskq.errors.ResultError` with ``unavailable=True``) the delivery goes back to the
+queue instead (DESIGN §8), and :meth:`Observer.held` lets its redelivery be settled without
+running the task again.
 """
 
 from __future__ import annotations
@@ -10,6 +14,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 from typing import Any
+
+from taskq.errors import ResultError
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +40,23 @@ class Observer:
 
     def started(self, event: TaskEvent) -> None:
         """The task function is about to run."""
+
+    def completed(self, event: TaskEvent, duration_s: float, result: Any) -> None:
+        """The task returned; called *before* its message is acked.
+
+        What this hook writes is durable before the broker forgets the message, so a crash
+        just after the ack cannot lose it. Raise :class:`~taskq.errors.ResultError` with
+        ``unavailable=True`` when the database cannot be reached: the delivery then goes back
+        to the queue (and :meth:`held` should answer for its redelivery).
+        """
+
+    def held(self, event: TaskEvent) -> tuple[float, Any] | None:
+        """A redelivery came in: ``(duration_s, result)`` of this task's earlier run here.
+
+        Only for a run whose :meth:`completed` could not reach the database; the loop then
+        calls :meth:`completed` again with it instead of running the task a second time.
+        """
+        return None
 
     def succeeded(self, event: TaskEvent, duration_s: float, result: Any) -> None:
         """The task returned and its message was acked."""
@@ -72,6 +95,36 @@ class Observers(Observer):
 
     def started(self, event: TaskEvent) -> None:  # noqa: D102 - see Observer
         self._each("started", event)
+
+    def completed(self, event: TaskEvent, duration_s: float, result: Any) -> None:
+        """Tell every observer, before the ack.
+
+        Raises:
+            ResultError: an observer could not reach its database (``unavailable=True``):
+                the delivery must not be acked. Other errors are logged, as for every hook.
+        """
+        unavailable: ResultError | None = None
+        for observer in self._observers:
+            try:
+                observer.completed(event, duration_s, result)
+            except Exception as exc:
+                if isinstance(exc, ResultError) and getattr(exc, "unavailable", False):
+                    unavailable = exc
+                else:
+                    logger.exception("observer %r failed in completed", observer)
+        if unavailable is not None:
+            raise unavailable
+
+    def held(self, event: TaskEvent) -> tuple[float, Any] | None:  # noqa: D102
+        for observer in self._observers:
+            try:
+                outcome = observer.held(event)
+            except Exception:
+                logger.exception("observer %r failed in held", observer)
+                continue
+            if outcome is not None:
+                return outcome
+        return None
 
     def succeeded(self, event: TaskEvent, duration_s: float, result: Any) -> None:  # noqa: D102
         self._each("succeeded", event, duration_s, result)

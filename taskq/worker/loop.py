@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from taskq.errors import DecodeError, Retry
+from taskq.errors import DecodeError, ResultError, Retry
 from taskq.message import IDEMPOTENCY_KEY, TASK, Envelope, decode
 from taskq.request import Request
 from taskq.retry import (
@@ -190,7 +190,14 @@ class WorkerLoop:
         name = envelope.task
         observers = self._observers
         if observers:
-            observers.started(TaskEvent(envelope.task_id, name, delivery.queue, envelope.retries))
+            event = TaskEvent(envelope.task_id, name, delivery.queue, envelope.retries)
+            held = observers.held(event) if delivery.is_redelivered else None
+            if held is not None:
+                # It ran here already and went back only because its result could not be
+                # stored (database unreachable): store it now instead of running it again.
+                self._report_success(delivery, envelope, Succeeded(*held))
+                return
+            observers.started(event)  # the store ignores it for a finished task (duplicate)
         if plan.idempotent:
             outcome = self._run_idempotent(delivery, plan, envelope)
             if outcome is None:
@@ -199,9 +206,10 @@ class WorkerLoop:
             outcome = self._execute(plan, envelope, envelope.kwargs, delivery)
         self.tasks_done += 1
         if outcome.__class__ is Succeeded:
-            delivery.ack()
             if self._info or observers:
                 self._report_success(delivery, envelope, outcome)
+            else:
+                delivery.ack()
             return
         self._settle_failure(delivery, name, envelope.task_id, envelope.retries, outcome)
 
@@ -246,8 +254,31 @@ class WorkerLoop:
         return envelope, plan
 
     def _report_success(self, delivery: Delivery, envelope: Envelope, outcome: Outcome) -> None:
+        """Store the result, *then* ack (a crash between them leaves a duplicate, not a task
+        STARTED forever), then log and tell the observers.
+
+        A result that cannot reach the database is an infrastructure fault (DESIGN §8): the
+        delivery goes back to the queue after a backoff; the observers hold the outcome, so
+        if it comes back here it is stored without running again.
+        """
         assert isinstance(outcome, Succeeded)  # narrowing for mypy; handle() checked it
         name, task_id = envelope.task, envelope.task_id
+        event = TaskEvent(task_id, name, delivery.queue, envelope.retries)
+        try:
+            if self._observers:
+                self._observers.completed(event, outcome.duration_s, outcome.result)
+        except ResultError as exc:
+            logger.error(
+                "task %s[%s] from %s succeeded but its result cannot be stored: %s; returning "
+                "it to the queue: if it comes back to this process the held result is stored "
+                "without running the task again",
+                name, task_id, delivery.queue, exc,
+                extra=log_fields(task_id, name, delivery.queue, envelope.retries),
+            )
+            time.sleep(DEAD_LETTER_RETRY_PAUSE_S)
+            delivery.reject(requeue=True)
+            return
+        delivery.ack()
         if self._info:
             logger.info(
                 "task %s[%s] from %s succeeded in %.3fs (attempt %d)",
@@ -256,10 +287,7 @@ class WorkerLoop:
                               outcome.duration_s),
             )
         if self._observers:
-            self._observers.succeeded(
-                TaskEvent(task_id, name, delivery.queue, envelope.retries),
-                outcome.duration_s, outcome.result,
-            )
+            self._observers.succeeded(event, outcome.duration_s, outcome.result)
 
     def _run_idempotent(
         self, delivery: Delivery, plan: _Plan, envelope: Envelope

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from taskq.errors import ResultError
 from taskq.results import ResultState
 from taskq.worker.events import Observer, TaskEvent
 
@@ -13,9 +14,19 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# Successes held in memory because the database was unreachable (oldest dropped past this).
+_HELD_MAX = 1000
+
 
 class ResultRecorder(Observer):
     """Writes ``taskq_results`` for tasks that store results (one upsert per event).
+
+    ``SUCCESS`` is written in :meth:`completed`, before the ack: once the broker forgets the
+    message, its result is stored. When the database cannot be reached the value is held here
+    and the error raised, so the loop returns the delivery to the queue; if the redelivery
+    comes back to this process, :meth:`held` hands the value over and the task is not run
+    again. Other states are written after their broker action, best effort; the store's
+    rules (:mod:`taskq.results`) keep a late or duplicate write from undoing a final state.
 
     Args:
         app: Its ``results`` store is used; ``store_result`` (task) or ``store_results``
@@ -29,6 +40,7 @@ class ResultRecorder(Observer):
             task.name: default if task.options.store_result is None else task.options.store_result
             for task in app.registry
         }
+        self._held: dict[str, tuple[TaskEvent, float, Any]] = {}
 
     def _stores(self, task: str) -> bool:
         return self._wanted.get(task, False)
@@ -37,14 +49,53 @@ class ResultRecorder(Observer):
         if self._stores(event.task):
             self._app.results.started(event.task_id, event.task, event.retries)
 
-    def succeeded(self, event: TaskEvent, duration_s: float, result: Any) -> None:  # noqa: D102
-        if self._stores(event.task):
+    def completed(self, event: TaskEvent, duration_s: float, result: Any) -> None:  # noqa: D102
+        if not self._stores(event.task):
+            return
+        try:
             self._app.results.succeeded(event.task_id, event.task, event.retries, result)
+        except ResultError as exc:
+            if getattr(exc, "unavailable", False):
+                self._hold(event, duration_s, result)
+                raise
+            # Refused, not unreachable: retrying cannot help, so the message is acked.
+            logger.error(
+                "task %s[%s] from %s succeeded but its result cannot be stored: %s; its "
+                "message is acked and no result is kept (does the taskq_results table exist, "
+                "`taskq db create`, and does the row fit its columns?)",
+                event.task, event.task_id, event.queue, exc,
+            )
+
+    def held(self, event: TaskEvent) -> tuple[float, Any] | None:  # noqa: D102
+        entry = self._held.pop(event.task_id, None) if self._held else None
+        return None if entry is None else (entry[1], entry[2])
+
+    def _hold(self, event: TaskEvent, duration_s: float, result: Any) -> None:
+        self._held[event.task_id] = (event, duration_s, result)
+        if len(self._held) > _HELD_MAX:
+            dropped = self._held.pop(next(iter(self._held)))[0]
+            logger.warning(
+                "more than %d results wait for the database; the value of task %s[%s] from %s "
+                "is no longer held: if it comes back here it is stored without its value "
+                "(idempotent) or runs again (idempotent=False)",
+                _HELD_MAX, dropped.task, dropped.task_id, dropped.queue,
+            )
 
     def retrying(self, event: TaskEvent, delay_s: float, error: str, traceback: str) -> None:  # noqa: D102
         if self._stores(event.task):
             self._app.results.failed(event.task_id, event.task, event.retries,
                                      state=ResultState.RETRY, error=error, traceback=traceback)
+
+    def duplicate(self, event: TaskEvent) -> None:  # noqa: D102
+        if not self._stores(event.task):
+            return
+        # The key is done, so a run succeeded; store it unless a final state is there already
+        # (the run's own write may have been lost to an outage, or it had another task id).
+        held = self.held(event)
+        if held is not None:
+            self._app.results.succeeded(event.task_id, event.task, event.retries, held[1])
+        else:
+            self._app.results.already_done(event.task_id, event.task, event.retries)
 
     def dead_lettered(  # noqa: D102
         self, event: TaskEvent, error_type: str, error: str, traceback: str | None

@@ -10,7 +10,8 @@ from decimal import Decimal
 import pytest
 
 from taskq import App, ResultTimeout, TaskFailed
-from taskq.results import AsyncResult, ResultState
+from taskq.db import create_engine
+from taskq.results import AsyncResult, ResultState, ResultStore
 
 
 @pytest.fixture
@@ -85,3 +86,81 @@ def test_prune_removes_only_old_finished_results(app: App) -> None:
     assert app.results.prune(older_than=timedelta(seconds=-1)) == 1
     assert app.results.get("old") is None
     assert app.results.get("running") is not None
+
+
+# -- final states stay final (DESIGN §7: a duplicate never changes a finished result) -------
+
+FINAL = [ResultState.SUCCESS, ResultState.FAILURE, ResultState.DEAD]
+
+
+def _finish(store: ResultStore, task_id: str, state: ResultState) -> None:
+    if state is ResultState.SUCCESS:
+        store.succeeded(task_id, "ship", 1, {"total": 12})
+    else:
+        store.failed(task_id, "ship", 1, state=state, error="ValueError: no",
+                     traceback="Traceback...\nValueError: no")
+
+
+@pytest.mark.parametrize("final", FINAL, ids=lambda state: state.value)
+def test_a_finished_result_is_not_changed_by_a_start_or_retry_of_any_attempt(
+    app: App, final: ResultState
+) -> None:
+    # Given a finished task, and a second store on its own engine (another worker process)
+    _finish(app.results, "t5", final)
+    before = app.results.get("t5")
+    other = ResultStore(create_engine(app.settings.database_url))
+    try:
+        # When duplicates and stragglers of older, the same and later attempts report in
+        for store in (app.results, other):
+            for retries in (0, 1, 2, 9):
+                store.started("t5", "ship", retries)
+                store.failed("t5", "ship", retries, state=ResultState.RETRY,
+                             error="ValueError: late", traceback="Traceback...")
+    finally:
+        other.engine.dispose()
+
+    # Then the stored row is exactly what the attempt that finished wrote
+    assert app.results.get("t5") == before
+    assert before is not None and before.state is final
+
+
+@pytest.mark.parametrize("final", FINAL, ids=lambda state: state.value)
+def test_a_success_is_never_replaced_even_by_another_final_state(
+    app: App, final: ResultState
+) -> None:
+    app.results.succeeded("t6", "ship", 0, 42)
+    before = app.results.get("t6")
+
+    _finish(app.results, "t6", final)  # a copy without an idempotency key ran again
+
+    assert app.results.get("t6") == before
+
+
+def test_a_replayed_dead_letter_that_succeeds_replaces_the_failure(app: App) -> None:
+    app.results.failed("t7", "ship", 3, state=ResultState.FAILURE, error="ValueError: no",
+                       traceback="Traceback...")
+
+    app.results.started("t7", "ship", 0)  # `taskq dlq replay` starts over at retries 0
+    assert app.results.get("t7").state is ResultState.FAILURE  # type: ignore[union-attr]
+    app.results.succeeded("t7", "ship", 0, "shipped")
+
+    assert app.result("t7").get(timeout_s=1) == "shipped"
+
+
+def test_a_late_retry_of_an_attempt_does_not_hide_the_next_attempt(app: App) -> None:
+    # The retry copy is published (and may start elsewhere) before RETRY is written.
+    app.results.started("t8", "ship", 1)
+    app.results.failed("t8", "ship", 0, state=ResultState.RETRY, error="E: first",
+                       traceback="tb")
+    record = app.results.get("t8")
+    assert record is not None and (record.state, record.retries) == (ResultState.STARTED, 1)
+
+    app.results.failed("t8", "ship", 1, state=ResultState.RETRY, error="E: second",
+                       traceback="tb")
+    app.results.started("t8", "ship", 1)  # a redelivered copy of attempt 2, late
+    record = app.results.get("t8")
+    assert record is not None and (record.state, record.retries) == (ResultState.RETRY, 1)
+    assert record.error == "E: second"
+
+    app.results.started("t8", "ship", 2)
+    assert app.result("t8").state is ResultState.STARTED

@@ -1,0 +1,108 @@
+"""A result write that cannot reach the database is an infrastructure fault (DESIGN §8).
+
+WorkerLoop with the broker recorder of tests/unit/test_loop.py; the results and idempotency
+tables are on the real PostgreSQL, reached through a TcpProxy that the task itself cuts, so
+the outage starts exactly between the task's return and its result write.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from taskq.results import ResultState
+from taskq.worker import loop as loop_module
+from taskq.worker.deaths import DeathLedger
+from taskq.worker.events import Observers
+from taskq.worker.loop import WorkerLoop
+from taskq.worker.observers import ResultRecorder
+from taskq.worker.time_limits import Slot, SoftTimeLimit
+from tests.support.proxy import TcpProxy
+from tests.unit.test_loop import Recorder, _App, delivery, wire
+
+ACK, REQUEUE = 0, 2
+
+
+@pytest.fixture
+def proxy() -> Iterator[TcpProxy]:
+    with TcpProxy("127.0.0.1", 5432) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def app(postgres_url: str, proxy: TcpProxy, monkeypatch: pytest.MonkeyPatch) -> Iterator[_App]:
+    monkeypatch.setattr(loop_module, "DEAD_LETTER_RETRY_PAUSE_S", 0)  # the backoff, not tested
+    app = _App(Recorder(), database_url=proxy.url(postgres_url))
+    ran = app.ran = []  # type: ignore[attr-defined]
+
+    @app.task(name="cut", store_result=True)
+    def cut(x: int) -> int:
+        ran.append(x)
+        proxy.cut()  # the database goes away as the task returns
+        return x * 10
+
+    @app.task(name="stored", store_result=True)
+    def stored(x: int) -> int:
+        ran.append(x)
+        return x * 10
+
+    @app.task(name="cut_unkeyed", store_result=True, idempotent=False)
+    def cut_unkeyed(x: int) -> int:
+        ran.append(x)
+        proxy.cut()
+        return x * 10
+
+    yield app
+    app.close()
+
+
+def _loop(app: _App, tmp_path: Path) -> WorkerLoop:
+    return WorkerLoop(
+        app, app._recorder, slot=Slot(multiprocessing.get_context("spawn")),  # type: ignore[arg-type]
+        ledger=DeathLedger(str(tmp_path)), soft_limit=SoftTimeLimit(),
+        observers=Observers([ResultRecorder(app)]),
+    )
+
+
+@pytest.mark.parametrize("task", ["cut", "cut_unkeyed"])
+def test_a_success_that_cannot_be_stored_goes_back_and_is_stored_not_rerun(
+    app: _App, proxy: TcpProxy, tmp_path: Path, task: str
+) -> None:
+    recorder: Recorder = app._recorder
+    loop = _loop(app, tmp_path)
+
+    # When the task succeeds but the database is gone before its result is written
+    loop.handle(delivery(recorder, wire(task, 4)))
+
+    # Then the delivery goes back to the queue instead of being acked
+    assert recorder.events == [("settle", 7, REQUEUE)]
+
+    # And when it comes back after the database did, the held result is stored and the
+    # delivery acked, without running the task again
+    proxy.restore()
+    loop.handle(delivery(recorder, wire(task, 4), redelivered=True))
+
+    assert recorder.events[1:] == [("settle", 7, ACK)]
+    assert app.ran == [4]  # type: ignore[attr-defined]
+    assert app.result("id-1").get(timeout_s=1) == 40
+    record: Any = app.results.get("id-1")
+    assert record.state is ResultState.SUCCESS and record.error is None
+
+
+def test_a_result_the_database_refuses_is_logged_and_the_message_acked(
+    app: _App, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A refused row (here a task id longer than taskq_results.task_id) cannot succeed later:
+    # requeueing it would loop forever, so the message is acked and the refusal logged.
+    recorder: Recorder = app._recorder
+    long_id = "x" * 40
+
+    _loop(app, tmp_path).handle(delivery(recorder, wire("stored", 4, task_id=long_id)))
+
+    assert recorder.events == [("settle", 7, ACK)]
+    assert app.ran == [4]  # type: ignore[attr-defined]
+    assert f"stored[{long_id}] from work succeeded but its result cannot be stored" in caplog.text
