@@ -56,16 +56,21 @@ def app(postgres_url: str, proxy: TcpProxy, monkeypatch: pytest.MonkeyPatch) -> 
         proxy.cut()
         return x * 10
 
+    app.loops = []  # type: ignore[attr-defined]
     yield app
+    for loop in app.loops:  # type: ignore[attr-defined]
+        loop._dedupe.store.close()  # its kept connection
     app.close()
 
 
 def _loop(app: _App, tmp_path: Path) -> WorkerLoop:
-    return WorkerLoop(
+    loop = WorkerLoop(
         app, app._recorder, slot=Slot(multiprocessing.get_context("spawn")),  # type: ignore[arg-type]
         ledger=DeathLedger(str(tmp_path)), soft_limit=SoftTimeLimit(),
         observers=Observers([ResultRecorder(app)]),
     )
+    app.loops.append(loop)  # type: ignore[attr-defined]
+    return loop
 
 
 @pytest.mark.parametrize("task", ["cut", "cut_unkeyed"])
