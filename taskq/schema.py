@@ -26,7 +26,7 @@ metadata = MetaData()
 outbox_table = Table(
     "taskq_outbox",
     metadata,
-    Column("id", String(36), primary_key=True, comment="task id, also the AMQP message_id"),
+    Column("id", String(255), primary_key=True, comment="task id, also the AMQP message_id"),
     Column("queue", String(255), nullable=False),
     Column("task", String(255), nullable=False),
     Column("body", LargeBinary, nullable=False, comment="msgpack body, encoded at enqueue"),
@@ -54,7 +54,7 @@ processed_table = Table(
 results_table = Table(
     "taskq_results",
     metadata,
-    Column("task_id", String(36), primary_key=True),
+    Column("task_id", String(255), primary_key=True),
     Column("task", String(255), nullable=False),
     Column("state", String(16), nullable=False),
     Column("result", LargeBinary, nullable=True),

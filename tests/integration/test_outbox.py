@@ -70,6 +70,18 @@ def test_committed_row_is_published_once_and_deleted(shop: App, broker: Any) -> 
     assert props.delivery_mode == 2
 
 
+def test_a_task_id_of_255_bytes_goes_through_the_outbox(shop: App, broker: Any) -> None:
+    # Task ids may be any AMQP short string (apply_async(task_id=...)), not only uuids.
+    task_id = "o" * 255
+    with Session(shop.engine) as session, session.begin():
+        ship(shop).apply_async((1,), session=session, task_id=task_id)
+
+    assert shop.relay().run_once() == 1
+
+    [(_, props, _body)] = broker.get_all(ship(shop).queue)
+    assert props.message_id == task_id
+
+
 def test_core_connection_works_like_a_session(shop: App, broker: Any) -> None:
     with shop.engine.begin() as conn:
         ship(shop).apply_async((1,), session=conn)

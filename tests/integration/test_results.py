@@ -41,6 +41,15 @@ def test_success_round_trips_the_return_value(app: App) -> None:
     assert record is not None and record.started_at and record.finished_at
 
 
+def test_a_task_id_of_255_bytes_keeps_its_result(app: App) -> None:
+    # Task ids may be any AMQP short string (apply_async(task_id=...)), not only uuids.
+    task_id = "r" * 255
+
+    app.results.succeeded(task_id, "ship", 0, 7)
+
+    assert app.result(task_id).get(timeout_s=1) == 7
+
+
 def test_failure_raises_task_failed_with_the_remote_traceback(app: App) -> None:
     app.results.failed("t2", "ship", 1, state=ResultState.RETRY,
                        error="ValueError: flaky", traceback="Traceback...\nValueError")

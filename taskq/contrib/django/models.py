@@ -13,7 +13,7 @@ from django.db import models
 class OutboxMessage(models.Model):
     """A task waiting in ``taskq_outbox`` for the relay to publish it."""
 
-    id = models.CharField(max_length=36, primary_key=True)
+    id = models.CharField(max_length=255, primary_key=True)
     queue = models.CharField(max_length=255)
     task = models.CharField(max_length=255)
     body = models.BinaryField()
@@ -56,7 +56,7 @@ class ProcessedKey(models.Model):
 class TaskResult(models.Model):
     """A task's state and result (``taskq_results``)."""
 
-    task_id = models.CharField(max_length=36, primary_key=True)
+    task_id = models.CharField(max_length=255, primary_key=True)
     task = models.CharField(max_length=255)
     state = models.CharField(max_length=16)
     result = models.BinaryField(null=True)
