@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from taskq.results import ResultState
 from taskq.worker import loop as loop_module
@@ -99,15 +100,23 @@ def test_a_success_that_cannot_be_stored_goes_back_and_is_stored_not_rerun(
 
 
 def test_a_result_the_database_refuses_is_logged_and_the_message_acked(
-    app: _App, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    app: _App, postgres_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # A refused row (here a task id longer than taskq_results.task_id) cannot succeed later:
+    # A refused row (here by a CHECK constraint the test adds) cannot succeed later:
     # requeueing it would loop forever, so the message is acked and the refusal logged.
     recorder: Recorder = app._recorder
-    long_id = "x" * 40
-
-    _loop(app, tmp_path).handle(delivery(recorder, wire("stored", 4, task_id=long_id)))
+    engine = sa.create_engine(postgres_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text(
+            "ALTER TABLE taskq_results ADD CONSTRAINT refuse_stored CHECK (task <> 'stored')"
+        ))
+    try:
+        _loop(app, tmp_path).handle(delivery(recorder, wire("stored", 4)))
+    finally:
+        with engine.begin() as conn:
+            conn.execute(sa.text("ALTER TABLE taskq_results DROP CONSTRAINT refuse_stored"))
+        engine.dispose()
 
     assert recorder.events == [("settle", 7, ACK)]
     assert app.ran == [4]  # type: ignore[attr-defined]
-    assert f"stored[{long_id}] from work succeeded but its result cannot be stored" in caplog.text
+    assert "stored[id-1] from work succeeded but its result cannot be stored" in caplog.text
