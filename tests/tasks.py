@@ -218,3 +218,14 @@ def fail_first_attempt(path: str) -> None:
             time.sleep(0.05)
         raise ValueError("the first attempt always fails")
     append_line(path, "ok")
+
+
+@app.task(autoretry_for=(ValueError,), max_retries=1, retry_backoff=4.0, retry_jitter=False)
+def fail_once_retry_later(path: str) -> None:
+    """Record ``attempt<N>``; the first attempt fails and is retried 4 s later."""
+    from taskq.task import current_request
+
+    retries = current_request.get().retries
+    append_line(path, f"attempt{retries}")
+    if retries == 0:
+        raise ValueError("the first attempt fails")

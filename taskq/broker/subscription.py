@@ -35,7 +35,7 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pika
@@ -44,7 +44,12 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from taskq.broker.connection import declare, open_connection
 from taskq.broker.topology import Topology
-from taskq.errors import BrokerConnectionError, TopologyError
+from taskq.errors import (
+    BrokerConnectionError,
+    ConfigurationError,
+    PublishError,
+    TopologyError,
+)
 from taskq.message import WireMessage
 from taskq.settings import Settings
 
@@ -129,6 +134,11 @@ class Subscription:
         topology: What to declare before consuming (base objects and each queue).
         queues: The work queues to consume.
         client_name: Connection name shown in RabbitMQ's management UI.
+        delay_backend: Returns the app's delay backend kind (``"plugin"`` or ``"tiers"``,
+            e.g. ``lambda: app.delay_backend_name``), asked at each connect, after the
+            connection is up. With the plugin each queue is declared with its binding to the
+            delayed exchange (:meth:`Topology.for_queue`), so a queue the worker re-creates
+            still receives the delayed messages due for it. ``None``: tiers.
     """
 
     def __init__(
@@ -138,8 +148,10 @@ class Subscription:
         queues: Sequence[str],
         *,
         client_name: str,
+        delay_backend: Callable[[], str] | None = None,
     ) -> None:
         self._settings = settings
+        self._delay_backend = delay_backend
         self._topology = topology
         self._queues = tuple(queues)
         self._client_name = client_name
@@ -187,6 +199,7 @@ class Subscription:
 
         Raises:
             TopologyError: the queues cannot be declared as configured (fatal).
+            ConfigurationError: the delay backend cannot be chosen as configured (fatal).
             BrokerError: the I/O thread stopped on an unexpected error.
         """
         deadline_at = 0.0
@@ -287,7 +300,7 @@ class Subscription:
                 self._connect(attempt)
                 attempt = 0
                 self._serve()
-            except TopologyError as exc:
+            except (TopologyError, ConfigurationError) as exc:
                 self._fail(exc)
                 return
             except _RECOVERABLE as exc:
@@ -335,11 +348,20 @@ class Subscription:
     def _prepare_channel(self, connection: pika.BlockingConnection) -> BlockingChannel:
         channel = connection.channel()
         channel = declare(channel, self._topology.base())
+        delayed = self._uses_delay_plugin()
         for name in self._queues:
-            channel = declare(channel, self._topology.for_queue(name))
+            channel = declare(channel, self._topology.for_queue(name, delayed=delayed))
         channel.basic_qos(prefetch_count=self._settings.prefetch_count)
         channel.add_on_cancel_callback(self._on_broker_cancel)
         return channel
+
+    def _uses_delay_plugin(self) -> bool:
+        if self._delay_backend is None:
+            return False
+        try:
+            return self._delay_backend() == "plugin"
+        except PublishError as exc:  # the broker went away while the backend was chosen
+            raise BrokerConnectionError(exc.message) from exc
 
     def _serve(self) -> None:
         connection, channel = self._connection, self._channel

@@ -157,6 +157,7 @@ class Supervisor:
         Raises:
             TopologyError: a queue or exchange exists with other arguments.
             BrokerConnectionError: the broker cannot be reached at start.
+            ConfigurationError: ``delay_backend='plugin'`` and the broker lacks the plugin.
         """
         self._warn_about_long_time_limits()
         self._declare_topology()
@@ -216,9 +217,11 @@ class Supervisor:
         topology = self.app.topology
         connection = open_connection(self.settings, client_name="taskq supervisor")
         try:
+            # With the plugin, Q is bound to the delayed exchange wherever it is declared.
+            delayed = self.app.delay_backend_name == "plugin"
             channel = declare(connection.channel(), topology.base())
             for queue in self.queues:
-                channel = declare(channel, topology.for_queue(queue))
+                channel = declare(channel, topology.for_queue(queue, delayed=delayed))
         finally:
             # Closed before any child starts: children open their own connections.
             if connection.is_open:
