@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -60,7 +61,7 @@ def test_prefetched_deliveries_of_a_lost_connection_never_run_in_the_disconnecte
     app: App, start_worker, runs, broker, proxy
 ):
     def ran(tag: str) -> list[str]:
-        """Pids of the processes that ran ``tag`` (a ``record`` or the end of a ``slow``)."""
+        """Pids of the processes that ran ``tag`` (a ``record`` or the end of a ``blocked``)."""
         return [line[2] for line in read_lines(runs) if line[0] in ("ran", "done")
                 and line[1] == tag]
 
@@ -71,9 +72,10 @@ def test_prefetched_deliveries_of_a_lost_connection_never_run_in_the_disconnecte
     cut_off = start_worker("-c", "1", "--prefetch", "5",
                            env={"TASKQ_BROKER_URL": proxy.url(BROKER_URL)})
     cut_off.wait_consuming(1)
-    send(app, tasks.slow, runs, 3.0, "long")
-    for tag in records:
-        send(app, tasks.record, runs, tag)
+    cut_off_pids = {str(pid) for pid in cut_off.children()}
+    send(app, tasks.blocked, runs, "long")
+    for tag in records:  # not idempotent: a second run would not be absorbed by the key
+        send(app, tasks.record_unkeyed, runs, tag)
     wait_until(lambda: any(line[:2] == ["start", "long"] for line in read_lines(runs)))
     wait_until(lambda: broker.depth(queue) == 0, message="all five delivered to the worker")
     # and a sibling worker on a direct connection, idle: the first one holds everything.
@@ -81,12 +83,13 @@ def test_prefetched_deliveries_of_a_lost_connection_never_run_in_the_disconnecte
     sibling.wait_consuming(1)
 
     # When the connection of the first worker is cut (and its reconnects refused), the broker
-    # requeues its five messages to the sibling, which runs them,
+    # requeues its five messages to the sibling, which runs them, while the first worker
+    # finishes its task in hand during its reconnect backoff,
     proxy.cut()
     wait_until(lambda: "broker connection lost" in cut_off.log(), message=cut_off.log)
-    wait_until(lambda: all(ran(tag) for tag in records) and len(ran("long")) == 2,
+    Path(runs + ".go").touch()  # the long task ends, in both workers
+    wait_until(lambda: all(ran(tag) for tag in records) and cut_off_pids & set(ran("long")),
                timeout_s=30, message=lambda: f"runs: {read_lines(runs)}")
-    # while the first worker finishes its long task in hand during the reconnect backoff.
     sibling.signal(signal.SIGTERM)
     assert sibling.wait(20) == 0
     proxy.restore()
@@ -100,4 +103,6 @@ def test_prefetched_deliveries_of_a_lost_connection_never_run_in_the_disconnecte
     # each ran exactly once, in the sibling.
     assert {tag: len(ran(tag)) for tag in records} == {tag: 1 for tag in records}, (
         read_lines(runs), cut_off.log())
+    assert not cut_off_pids & {pid for tag in records for pid in ran(tag)}
+    assert cut_off_pids & set(ran("marker"))
     assert broker.depth(queue) == 0
