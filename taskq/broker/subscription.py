@@ -388,6 +388,8 @@ class Subscription:
         properties: pika.BasicProperties,
         body: bytes,
     ) -> None:
+        if channel is not self._channel:
+            return  # a late delivery of a channel given up: its generation is already gone
         message = WireMessage(
             body,
             properties.message_id,
