@@ -44,12 +44,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from taskq.broker.connection import declare, open_connection
 from taskq.broker.topology import Topology
-from taskq.errors import (
-    BrokerConnectionError,
-    ConfigurationError,
-    PublishError,
-    TopologyError,
-)
+from taskq.errors import BrokerConnectionError, ConfigurationError, PublishError, TopologyError
 from taskq.message import WireMessage
 from taskq.settings import Settings
 

@@ -105,7 +105,7 @@ def test_worker_help_lists_the_documented_options() -> None:
 
 def test_tasks_with_time_limits_past_the_consumer_timeout_are_warned_about() -> None:
     from taskq import App
-    from taskq.worker.supervisor import consumer_timeout_warnings
+    from taskq.worker.consumer_timeout import consumer_timeout_warnings
 
     app = App("t", consumer_timeout_s=600, prefetch_count=1)
 
@@ -125,7 +125,7 @@ def test_tasks_with_time_limits_past_the_consumer_timeout_are_warned_about() -> 
 
 def test_the_consumer_timeout_warning_counts_the_deliveries_prefetched_ahead() -> None:
     from taskq import App
-    from taskq.worker.supervisor import consumer_timeout_warnings
+    from taskq.worker.consumer_timeout import consumer_timeout_warnings
 
     # Each task's own limit is far below the 1800 s timeout...
     app = App("t", consumer_timeout_s=1800, prefetch_count=16)
