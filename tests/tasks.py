@@ -218,3 +218,30 @@ def fail_first_attempt(path: str) -> None:
             time.sleep(0.05)
         raise ValueError("the first attempt always fails")
     append_line(path, "ok")
+
+
+@app.task(autoretry_for=(ValueError,), max_retries=1, retry_backoff=4.0, retry_jitter=False)
+def fail_once_retry_later(path: str) -> None:
+    """Record ``attempt<N>``; the first attempt fails and is retried 4 s later."""
+    from taskq.task import current_request
+
+    retries = current_request.get().retries
+    append_line(path, f"attempt{retries}")
+    if retries == 0:
+        raise ValueError("the first attempt fails")
+
+
+@app.task
+def blocked(path: str, tag: str = "-") -> None:
+    """Record ``start``, wait for the file ``path + '.go'`` (up to 30 s), record ``done``."""
+    append_line(path, "start", tag)
+    deadline = time.monotonic() + 30
+    while not os.path.exists(path + ".go") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    append_line(path, "done", tag)
+
+
+@app.task(idempotent=False)
+def record_unkeyed(path: str, tag: str = "-") -> None:
+    """Like ``record``, without the idempotency check: every delivery that starts runs."""
+    append_line(path, "ran", tag)

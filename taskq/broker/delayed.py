@@ -148,6 +148,14 @@ def _close_quietly(connection: pika.BlockingConnection) -> None:
         logger.debug("error closing a short-lived broker connection", exc_info=True)
 
 
+def _queue_part(declarations: Declarations, queue: str) -> Declarations:
+    """The declaration of ``queue`` and of its bindings, without exchanges or other queues."""
+    return Declarations(
+        queues=tuple(q for q in declarations.queues if q.name == queue),
+        bindings=tuple(b for b in declarations.bindings if b.queue == queue),
+    )
+
+
 class _NonMandatoryChannel(ConfirmChannel):
     """A confirm channel whose publishes are not ``mandatory`` (see the module docstring)."""
 
@@ -158,10 +166,14 @@ class PluginPublisher:
     """Confirmed, persistent, non-mandatory publishing to the delayed-message exchange.
 
     One connection per process, opened on first use; thread-safe; fork-safe like
-    :class:`~taskq.broker.publisher.Publisher`. Before the first publish with a routing key it
-    declares what ``declarations_for(routing_key)`` returns (the delayed exchange, the work
-    queue and their binding). A lost connection or a confirm timeout is retried once on a new
-    connection (a duplicate is possible, a loss is not).
+    :class:`~taskq.broker.publisher.Publisher`. Before the first publish with a routing key on
+    a connection it declares what ``declarations_for(routing_key)`` returns (the delayed
+    exchange, the work queue and their binding), and before every later one the work queue
+    and its bindings again (about 1 ms): the plugin routes a message only when it is due and
+    tells a non-mandatory publisher nothing, so a queue deleted, or re-created without its
+    binding to the delayed exchange, would otherwise drop every later delayed message
+    silently. A lost connection or a confirm timeout is retried once on a new connection (a
+    duplicate is possible, a loss is not).
 
     Args:
         settings: Broker URL and timeouts.
@@ -183,6 +195,8 @@ class PluginPublisher:
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._link: _NonMandatoryChannel | None = None
+        # Keys prepare() has just declared: the publish that follows need not again.
+        self._prepared: set[str] = set()
 
     def publish_many(self, items: Sequence[PublishItem]) -> None:
         """Publish ``(exchange, routing_key, wire)`` items and wait for every confirm.
@@ -235,6 +249,7 @@ class PluginPublisher:
         with self._lock:
             try:
                 self._ready_link(routing_keys)
+                self._prepared = set(routing_keys)
             except pika.exceptions.AMQPError as exc:
                 self._drop_link()
                 raise self._error(f"{type(exc).__name__}: {exc}", "connection_lost", []) from exc
@@ -270,10 +285,13 @@ class PluginPublisher:
                 ConfirmChannel.abort_connection(connection)
                 raise
             self._link = link
+        prepared, self._prepared = self._prepared, set()
         for key in sorted(routing_keys):
             if ("", key) not in link.ready:
                 declare(link.channel, self._declarations_for(key))
                 link.ready.add(("", key))
+            elif key not in prepared:
+                declare(link.channel, _queue_part(self._declarations_for(key), key))
         return link
 
     def _drop_link(self) -> None:

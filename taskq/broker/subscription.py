@@ -12,10 +12,18 @@ so when several acks are waiting the I/O thread sends one ``basic_ack(tag, multi
 for the highest tag. Rejects are sent in order between them, so a multiple ack never covers
 a delivery that was rejected.
 
-When the connection is lost the I/O thread reconnects with capped exponential backoff plus
-jitter, re-declares the topology and consumes again. Each connection has a *generation*:
-deliveries of a dead channel are dropped unexecuted, and a late ack for one is a logged no-op
-(delivery tags belong to a channel) -- the broker redelivers those messages itself.
+When the connection is lost, or the broker closes the channel while the connection stays up
+(a delivery unacked past its ``consumer_timeout``, any channel error such as 406
+PRECONDITION_FAILED), the I/O thread reconnects with capped exponential backoff plus jitter,
+re-declares the topology and consumes again. It sees such a loss while the main thread runs
+a task, however long, because it alone sits in ``process_data_events``.
+
+Each channel has a *generation*. The I/O thread moves the generation on the moment it sees
+its channel or connection die -- not only once a new one is up: the broker has already put
+every unacked message of that channel back (other consumers may be running them), so the
+deliveries still waiting in the hand-off queue are dropped unexecuted by :meth:`get`, and a
+late ack for one is a logged no-op (delivery tags belong to a channel; on the new one the
+same tag would settle another message).
 """
 
 from __future__ import annotations
@@ -25,8 +33,9 @@ import logging
 import queue
 import random
 import threading
+import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pika
@@ -35,7 +44,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 
 from taskq.broker.connection import declare, open_connection
 from taskq.broker.topology import Topology
-from taskq.errors import BrokerConnectionError, TopologyError
+from taskq.errors import BrokerConnectionError, ConfigurationError, PublishError, TopologyError
 from taskq.message import WireMessage
 from taskq.settings import Settings
 
@@ -120,6 +129,11 @@ class Subscription:
         topology: What to declare before consuming (base objects and each queue).
         queues: The work queues to consume.
         client_name: Connection name shown in RabbitMQ's management UI.
+        delay_backend: Returns the app's delay backend kind (``"plugin"`` or ``"tiers"``,
+            e.g. ``lambda: app.delay_backend_name``), asked at each connect, after the
+            connection is up. With the plugin each queue is declared with its binding to the
+            delayed exchange (:meth:`Topology.for_queue`), so a queue the worker re-creates
+            still receives the delayed messages due for it. ``None``: tiers.
     """
 
     def __init__(
@@ -129,8 +143,10 @@ class Subscription:
         queues: Sequence[str],
         *,
         client_name: str,
+        delay_backend: Callable[[], str] | None = None,
     ) -> None:
         self._settings = settings
+        self._delay_backend = delay_backend
         self._topology = topology
         self._queues = tuple(queues)
         self._client_name = client_name
@@ -139,7 +155,9 @@ class Subscription:
         self._flush_scheduled = False
         self._connection: pika.BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
+        # Moves on at each new channel and again as soon as its loss is seen (module docstring).
         self._generation = 0
+        self._connections = 0
         self._stopping = False
         self._consuming_wanted = True
         self._cancelled_by_broker = False
@@ -155,7 +173,11 @@ class Subscription:
 
     @property
     def generation(self) -> int:
-        """Number of the current connection; deliveries of older ones are stale."""
+        """Number of the current channel; deliveries of other generations are stale.
+
+        It changes as soon as the I/O thread sees the channel or its connection die, so a
+        delivery of a lost channel is stale from that moment, during the reconnect backoff.
+        """
         return self._generation
 
     # -- main thread ---------------------------------------------------------------------
@@ -167,20 +189,34 @@ class Subscription:
     def get(self, timeout_s: float) -> Delivery | None:
         """Return the next delivery, or ``None`` after ``timeout_s`` without one.
 
+        Deliveries of a channel that died meanwhile are dropped here, unexecuted (the broker
+        redelivers them).
+
         Raises:
             TopologyError: the queues cannot be declared as configured (fatal).
+            ConfigurationError: the delay backend cannot be chosen as configured (fatal).
             BrokerError: the I/O thread stopped on an unexpected error.
         """
-        try:
-            item = self._deliveries.get(timeout=timeout_s)
-        except queue.Empty:
-            item = None
-        if item is None and self._failure is not None:
-            raise self._failure
-        return item
+        deadline_at = 0.0
+        while True:
+            try:
+                item = self._deliveries.get(timeout=timeout_s)
+            except queue.Empty:
+                item = None
+            if item is None:
+                if self._failure is not None:
+                    raise self._failure
+                return None
+            if item.generation == self._generation:
+                return item
+            self._drop_stale(item)
+            # Wait out what is left of timeout_s for a live one.
+            now = time.monotonic()
+            deadline_at = deadline_at or now + timeout_s
+            timeout_s = max(0.0, deadline_at - now)
 
     def get_ready(self, max_n: int) -> list[Delivery]:
-        """Up to ``max_n`` deliveries already received, without waiting (may be empty)."""
+        """Up to ``max_n`` live deliveries already received, without waiting (may be empty)."""
         ready: list[Delivery] = []
         get = self._deliveries.get_nowait
         while len(ready) < max_n:
@@ -188,9 +224,19 @@ class Subscription:
                 item = get()
             except queue.Empty:
                 break
-            if item is not None:
+            if item is None:
+                continue
+            if item.generation == self._generation:
                 ready.append(item)
+            else:
+                self._drop_stale(item)
         return ready
+
+    def _drop_stale(self, delivery: Delivery) -> None:
+        logger.info(
+            "message %s from %s dropped unexecuted: the channel it came on is gone and the "
+            "broker has put it back in the queue", delivery.message.message_id, delivery.queue,
+        )
 
     def settle(self, delivery: Delivery, action: int) -> None:
         """Queue an ack or reject for ``delivery`` and wake the I/O thread to send it."""
@@ -249,7 +295,7 @@ class Subscription:
                 self._connect(attempt)
                 attempt = 0
                 self._serve()
-            except TopologyError as exc:
+            except (TopologyError, ConfigurationError) as exc:
                 self._fail(exc)
                 return
             except _RECOVERABLE as exc:
@@ -258,10 +304,7 @@ class Subscription:
                     break
                 delay_s = reconnect_delay_s(attempt, self._settings.reconnect_max_delay_s)
                 attempt += 1
-                logger.warning(
-                    "broker connection lost (%s: %s); reconnecting in %.1fs (attempt %d)",
-                    type(exc).__name__, exc or "no detail", delay_s, attempt,
-                )
+                _log_loss(exc, delay_s, attempt)
                 self._wake.wait(delay_s)
             except BaseException as exc:  # a bug: let the main thread end the process
                 logger.exception("broker I/O thread failed")
@@ -283,6 +326,7 @@ class Subscription:
         # then clear the flush flag and drain what the main thread queued meanwhile.
         self._connection, self._channel = connection, channel
         self._generation += 1
+        self._connections += 1
         self._cancelled_by_broker = False
         self._flush_scheduled = False
         self._flush()
@@ -290,7 +334,7 @@ class Subscription:
             for name in self._queues:
                 channel.basic_consume(name, functools.partial(self._on_message, name))
         connection.call_later(_TICK_S, self._tick)
-        log = logger.warning if attempt or self._generation > 1 else logger.info
+        log = logger.warning if attempt or self._connections > 1 else logger.info
         log(
             "connected to the broker; consuming %s with prefetch %d",
             ", ".join(self._queues), self._settings.prefetch_count,
@@ -299,20 +343,33 @@ class Subscription:
     def _prepare_channel(self, connection: pika.BlockingConnection) -> BlockingChannel:
         channel = connection.channel()
         channel = declare(channel, self._topology.base())
+        delayed = self._uses_delay_plugin()
         for name in self._queues:
-            channel = declare(channel, self._topology.for_queue(name))
+            channel = declare(channel, self._topology.for_queue(name, delayed=delayed))
         channel.basic_qos(prefetch_count=self._settings.prefetch_count)
         channel.add_on_cancel_callback(self._on_broker_cancel)
         return channel
 
+    def _uses_delay_plugin(self) -> bool:
+        if self._delay_backend is None:
+            return False
+        try:
+            return self._delay_backend() == "plugin"
+        except PublishError as exc:  # the broker went away while the backend was chosen
+            raise BrokerConnectionError(exc.message) from exc
+
     def _serve(self) -> None:
-        connection = self._connection
-        if connection is None:
+        connection, channel = self._connection, self._channel
+        if connection is None or channel is None:
             return
         while not self._stopping:
             # Returns once callbacks ran (deliveries, acks handed over, wake-ups); heartbeats
             # are answered inside, so a long task never starves them.
             connection.process_data_events(time_limit=None)
+            if not channel.is_open:
+                # pika ends process_data_events when the broker closes a channel (a
+                # consumer_timeout, a 406) but raises nothing while the connection is up.
+                raise _closing_reason(channel)
             if self._cancelled_by_broker and self._consuming_wanted:
                 raise pika.exceptions.ConsumerCancelled(
                     "the broker cancelled the consumer (queue deleted or node failover)"
@@ -326,6 +383,8 @@ class Subscription:
         properties: pika.BasicProperties,
         body: bytes,
     ) -> None:
+        if channel is not self._channel:
+            return  # a late delivery of a channel given up: its generation is already gone
         message = WireMessage(
             body,
             properties.message_id,
@@ -393,9 +452,39 @@ class Subscription:
         self._channel = None
 
     def _discard_connection(self) -> None:
+        # First, before anything that may block: from here on the main thread drops the
+        # deliveries of this channel instead of running them (the broker requeued them).
+        if self._channel is not None:
+            self._generation += 1
         connection, self._channel = self._connection, None
         if connection is not None:
             _close_quietly(connection)
+
+
+def _closing_reason(channel: BlockingChannel) -> BaseException:
+    reason: object = getattr(channel, "_closing_reason", None)  # set by pika when it closed
+    if isinstance(reason, BaseException):
+        return reason
+    closed: BaseException = pika.exceptions.ChannelClosed(0, "the consumer's channel closed")
+    return closed
+
+
+def _log_loss(exc: BaseException, delay_s: float, attempt: int) -> None:
+    if isinstance(exc, pika.exceptions.ChannelClosedByBroker):
+        hint = ""
+        if "timed out" in str(exc.reply_text):
+            hint = (" A task kept its delivery unacked past the broker's consumer_timeout: "
+                    "see the worker's start-up warning about time limits and prefetch.")
+        logger.warning(
+            "the broker closed the consumer's channel (%s %s); its unfinished deliveries are "
+            "dropped here and redelivered by the broker; consuming again in %.1fs "
+            "(attempt %d).%s", exc.reply_code, exc.reply_text, delay_s, attempt, hint,
+        )
+        return
+    logger.warning(
+        "broker connection lost (%s: %s); reconnecting in %.1fs (attempt %d)",
+        type(exc).__name__, exc or "no detail", delay_s, attempt,
+    )
 
 
 def _close_quietly(connection: pika.BlockingConnection) -> None:

@@ -381,13 +381,27 @@ class Topology:
         """Declarations every app needs."""
         return base_declarations(self.namespace)
 
-    def for_queue(self, queue: str) -> Declarations:
-        """Declarations of ``queue`` and its ``.dlq``."""
-        return queue_declarations(
+    def for_queue(self, queue: str, *, delayed: bool = False) -> Declarations:
+        """Declarations of ``queue`` and its ``.dlq``.
+
+        Args:
+            queue: The work queue.
+            delayed: The app's delay backend is the plugin: also the delayed exchange and
+                the binding of ``queue`` to it. Whoever (re-)creates the queue must bind it
+                too: the plugin routes a message only when its delay ends and drops it if the
+                queue has no binding then.
+        """
+        declarations = queue_declarations(
             self.namespace,
             queue,
             self.options(queue),
             default_max_priority=self.default_max_priority,
+        )
+        if not delayed:
+            return declarations
+        plugin = self.delayed_exchange(queue)
+        return Declarations(
+            plugin.exchanges, declarations.queues, declarations.bindings + plugin.bindings
         )
 
     def delay_tiers(self, queue_type: str = "classic") -> DelayTierDeclarations:

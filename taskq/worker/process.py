@@ -184,7 +184,8 @@ def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
     from taskq.worker.time_limits import SoftTimeLimit
 
     subscription = Subscription(
-        app.settings, app.topology, spec.queues, client_name=f"taskq worker {spec.index}"
+        app.settings, app.topology, spec.queues, client_name=f"taskq worker {spec.index}",
+        delay_backend=lambda: app.delay_backend_name,
     )
     loop = WorkerLoop(
         app,
@@ -200,7 +201,7 @@ def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
     subscription.start()
     try:
         loop.run()
-    except TopologyError as exc:
+    except (TopologyError, ConfigurationError) as exc:
         logger.error("%s", exc)
         code = EXIT_FATAL
     finally:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from taskq.broker.connection import declare, open_connection
 from taskq.errors import ConfigurationError
 from taskq.settings import redact_url
+from taskq.worker.consumer_timeout import consumer_timeout_warnings
 from taskq.worker.deaths import DeathLedger
 from taskq.worker.process import (
     EXIT_FATAL,
@@ -157,6 +158,7 @@ class Supervisor:
         Raises:
             TopologyError: a queue or exchange exists with other arguments.
             BrokerConnectionError: the broker cannot be reached at start.
+            ConfigurationError: ``delay_backend='plugin'`` and the broker lacks the plugin.
         """
         self._warn_about_long_time_limits()
         self._declare_topology()
@@ -216,9 +218,11 @@ class Supervisor:
         topology = self.app.topology
         connection = open_connection(self.settings, client_name="taskq supervisor")
         try:
+            # With the plugin, Q is bound to the delayed exchange wherever it is declared.
+            delayed = self.app.delay_backend_name == "plugin"
             channel = declare(connection.channel(), topology.base())
             for queue in self.queues:
-                channel = declare(channel, topology.for_queue(queue))
+                channel = declare(channel, topology.for_queue(queue, delayed=delayed))
         finally:
             # Closed before any child starts: children open their own connections.
             if connection.is_open:
@@ -450,28 +454,6 @@ class Supervisor:
         if self._relay is not None:
             self._relay.kill()
         return killed
-
-
-def consumer_timeout_warnings(app: App, queues: tuple[str, ...]) -> list[str]:
-    """Explain each task of ``queues`` whose hard time limit exceeds ``consumer_timeout_s``.
-
-    RabbitMQ closes the channel of a delivery left unacked longer than its
-    ``consumer_timeout`` (30 minutes by default) and redelivers the message, so such a task
-    could never finish.
-    """
-    limit_s = app.settings.consumer_timeout_s
-    warnings = []
-    for task in app.registry:
-        time_limit_s = task.options.time_limit_s
-        if task.queue in queues and time_limit_s is not None and time_limit_s > limit_s:
-            warnings.append(
-                f"task {task.name} has time_limit_s={time_limit_s:g}, longer than the broker's "
-                f"consumer_timeout ({limit_s:g}s): RabbitMQ would close the channel of a "
-                "delivery unacked for that long and redeliver it. Raise it in rabbitmq.conf, "
-                f"e.g. 'consumer_timeout = {int(time_limit_s * 1000) + 60_000}' "
-                "(milliseconds), restart RabbitMQ, and set TASKQ_CONSUMER_TIMEOUT_S to match"
-            )
-    return warnings
 
 
 def _send(pid: int, signum: int) -> None:

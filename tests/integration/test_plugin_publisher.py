@@ -2,23 +2,27 @@
 
 The delayed-message plugin itself may be missing here, so a plain direct exchange stands in
 for it: what is tested is the publishing path (confirms without ``mandatory``), which is
-what the plugin needs because it returns every mandatory message as unroutable.
+what the plugin needs because it returns every mandatory message as unroutable, and the
+re-declaring of the queue before every publish. The test marked ``plugin`` runs against
+the plugin itself and is skipped, with the reason, where it is missing.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from taskq import PublishError
-from taskq.broker.delayed import PluginPublisher
+from taskq import App, PublishError
+from taskq.broker.delayed import PluginPublisher, declare_now
 from taskq.broker.topology import BindingSpec, Declarations, ExchangeSpec, QueueSpec
 from taskq.message import WireMessage
 from taskq.settings import Settings
 from tests.conftest import BROKER_URL
+from tests.contract.test_delay_backends import plugin_enabled
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -66,3 +70,51 @@ def test_a_missing_exchange_is_a_publish_error_not_a_retry(names: tuple[str, str
         assert caught.value.unconfirmed_ids == ["m-1"]  # type: ignore[attr-defined]
     finally:
         publisher.close()
+
+
+@pytest.mark.parametrize("recreated", [False, True], ids=["deleted", "recreated-unbound"])
+def test_a_queue_that_went_away_gets_later_messages_again(
+    names: tuple[str, str], broker: Any, recreated: bool
+) -> None:
+    # The plugin routes a delayed message only when it is due and returns nothing to a
+    # non-mandatory publisher: a publisher that declared the queue once per connection
+    # would have every later message dropped once the queue was deleted, or re-created
+    # (by an older worker, by hand) without its binding to the delayed exchange.
+    exchange, queue = names
+    publisher = PluginPublisher(
+        Settings(broker_url=BROKER_URL), lambda key: stand_in(exchange, queue)
+    )
+    try:
+        publisher.publish_many([(exchange, queue, WireMessage(b"1", "m-1"))])
+        broker.delete_queue(queue)
+        if recreated:
+            broker.declare_queue(queue)
+        publisher.publish_many([(exchange, queue, WireMessage(b"2", "m-2"))])
+    finally:
+        publisher.close()
+
+    assert [p.message_id for _, p, _ in broker.get_all(queue)] == ["m-2"]
+
+
+@pytest.mark.plugin
+def test_with_the_plugin_a_queue_recreated_without_its_binding_gets_later_delays(
+    make_app: Callable[..., App], broker: Any
+) -> None:
+    if not plugin_enabled():
+        pytest.skip(
+            "rabbitmq_delayed_message_exchange is not enabled on the test broker "
+            f"({BROKER_URL.split('@')[-1]}); enable it (rabbitmq-plugins enable "
+            "rabbitmq_delayed_message_exchange) to run this test against the plugin"
+        )
+    app = make_app(delay_backend="plugin")
+    queue = app.settings.default_queue
+    app.publish_delayed(WireMessage(b"-", "d-1"), queue=queue, delay_s=0.2)
+    wait_until(lambda: broker.depth(queue) == 1, message="the first delayed message")
+
+    # Re-created as a declarer unaware of the plugin would: no binding to ns.delayed.
+    broker.delete_queue(queue)
+    declare_now(app.settings, app.topology.for_queue(queue))
+    app.publish_delayed(WireMessage(b"-", "d-2"), queue=queue, delay_s=0.2)
+
+    wait_until(lambda: broker.depth(queue) == 1, message="the second delayed message")
+    assert [p.message_id for _, p, _ in broker.get_all(queue)] == ["d-2"]

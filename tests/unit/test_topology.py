@@ -97,3 +97,22 @@ def test_app_queue_options_reach_the_topology() -> None:
 
     assert decl.queues[0].arguments["x-queue-type"] == "quorum"
     assert "billing" in app.queue_names()
+
+
+def test_with_the_plugin_backend_a_work_queue_is_declared_with_its_delayed_binding() -> None:
+    topology = topo.Topology("shop")
+
+    plain = topology.for_queue("emails")
+    delayed = topology.for_queue("emails", delayed=True)
+
+    # Whoever declares Q (supervisor, worker processes at every connect) binds it too.
+    assert delayed.exchanges == (
+        topo.ExchangeSpec("shop.delayed", "x-delayed-message", {"x-delayed-type": "direct"}),
+    )
+    assert delayed.queues == plain.queues
+    assert delayed.bindings == (
+        *plain.bindings, topo.BindingSpec("emails", "shop.delayed", "emails"),
+    )
+    assert all(binding.exchange != "shop.delayed" for binding in plain.bindings)
+    assert plain == topo.queue_declarations("shop", "emails", topo.QueueOptions(),
+                                            default_max_priority=10)

@@ -105,9 +105,9 @@ def test_worker_help_lists_the_documented_options() -> None:
 
 def test_tasks_with_time_limits_past_the_consumer_timeout_are_warned_about() -> None:
     from taskq import App
-    from taskq.worker.supervisor import consumer_timeout_warnings
+    from taskq.worker.consumer_timeout import consumer_timeout_warnings
 
-    app = App("t", consumer_timeout_s=600)
+    app = App("t", consumer_timeout_s=600, prefetch_count=1)
 
     @app.task(time_limit_s=3600)
     def report() -> None: ...
@@ -121,3 +121,36 @@ def test_tasks_with_time_limits_past_the_consumer_timeout_are_warned_about() -> 
     assert report.name in warnings[0]
     assert "consumer_timeout = 3660000" in warnings[0] and "rabbitmq.conf" in warnings[0]
     assert consumer_timeout_warnings(app, ("other",)) == []
+
+
+def test_the_consumer_timeout_warning_counts_the_deliveries_prefetched_ahead() -> None:
+    from taskq import App
+    from taskq.worker.consumer_timeout import consumer_timeout_warnings
+
+    # Each task's own limit is far below the 1800 s timeout...
+    app = App("t", consumer_timeout_s=1800, prefetch_count=16)
+
+    @app.task(time_limit_s=115)
+    def report() -> None: ...
+
+    @app.task(time_limit_s=10)
+    def quick() -> None: ...
+
+    queues = tuple(app.queue_names())
+    (warning,) = consumer_timeout_warnings(app, queues)
+
+    # ...but a delivery of report can wait behind 15 prefetched reports: 16 x 115 = 1840 s.
+    # One of quick waits at most 15 x 115 + 10 = 1735 s: not at risk.
+    assert "report" in warning and "quick" not in warning.split(" may keep")[0]
+    assert "up to 1840s" in warning and "prefetch 16 x 1 queue(s)" in warning
+    assert "lower --prefetch to 15" in warning  # 15 x 115 = 1725 s fits
+    assert "consumer_timeout = 1900000" in warning
+    # Within the timeout at that prefetch; and each consumed queue brings its own prefetch.
+    app.configure(prefetch_count=15)
+    assert consumer_timeout_warnings(app, queues) == []
+    (two_queues,) = consumer_timeout_warnings(app, (*queues, "other"))
+    assert "up to 3450s" in two_queues and "lower --prefetch to 7" in two_queues
+    # A task longer than the timeout on its own: no prefetch can help.
+    app.configure(prefetch_count=1, consumer_timeout_s=60)
+    (alone,) = consumer_timeout_warnings(app, queues)
+    assert "--prefetch" not in alone and "consumer_timeout = 175000" in alone

@@ -1,0 +1,93 @@
+"""The worker's consumer on the real broker: a channel the broker closes is consumed again."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from taskq import App
+from taskq.broker.subscription import Delivery, Subscription
+from taskq.message import WireMessage
+from tests.support.waiting import wait_until
+
+
+@pytest.fixture
+def app(make_app: Callable[..., App]) -> App:
+    return make_app(prefetch_count=4, delay_backend="tiers")
+
+
+@pytest.fixture
+def subscription(app: App) -> Iterator[Subscription]:
+    subscription = Subscription(
+        app.settings, app.topology, [app.settings.default_queue], client_name="taskq test"
+    )
+    subscription.start()
+    wait_until(lambda: subscription.is_connected, message="the subscription consumes")
+    yield subscription
+    subscription.close()
+
+
+def publish(app: App, *message_ids: str) -> None:
+    for message_id in message_ids:
+        app.publisher.publish(
+            WireMessage(b"-", message_id), exchange=app.topology.exchange,
+            routing_key=app.settings.default_queue,
+        )
+
+
+def provoke_channel_error(subscription: Subscription) -> None:
+    """Ack a delivery tag the channel never had: the broker closes the channel (406).
+
+    The connection stays up. The same close ends a channel whose delivery outlived the
+    broker's consumer_timeout, which cannot be shortened on the shared test broker.
+    """
+    channel: Any = subscription._channel  # the I/O thread's own channel, on purpose
+    subscription._call_in_io_thread(lambda: channel.basic_ack(10_000))
+
+
+def take(subscription: Subscription, count: int) -> list[Delivery]:
+    taken: list[Delivery] = []
+
+    def more() -> bool:
+        delivery = subscription.get(0.2)
+        if delivery is not None:
+            taken.append(delivery)
+        return len(taken) >= count
+
+    wait_until(more, timeout_s=15, message=lambda: f"{count} deliveries; got {taken}")
+    return taken
+
+
+def test_a_channel_closed_by_the_broker_is_consumed_again_while_the_task_in_hand_hangs(
+    app: App, subscription: Subscription, broker: Any
+) -> None:
+    queue = app.settings.default_queue
+    # Given one delivery in hand (its task "hangs": never settled meanwhile) and two
+    # prefetched behind it,
+    publish(app, "m1", "m2", "m3")
+    in_hand = take(subscription, 1)[0]
+    wait_until(lambda: broker.depth(queue) == 0, message="all three delivered")
+    dead_generation = subscription.generation
+
+    # when the broker closes the consumer's channel while the connection stays up,
+    provoke_channel_error(subscription)
+    wait_until(lambda: subscription.generation != dead_generation and subscription.is_connected,
+               message="the consumer is re-established")
+    # then consuming resumes: the three come back on the new channel, and a later message
+    # arrives too;
+    publish(app, "m4")
+    live = take(subscription, 4)
+    generation = subscription.generation
+    assert [d.message.message_id for d in live] == ["m1", "m2", "m3", "m4"]
+    assert all(d.generation == generation for d in live), live
+    assert [d.is_redelivered for d in live] == [True, True, True, False]
+    # the late ack of the dead channel's delivery is dropped, never sent on the new channel
+    # (its tag would ack another message there),
+    in_hand.ack()
+    subscription.close()
+
+    # so all four return to the queue when the subscription closes without acking them.
+    assert subscription.generation == generation
+    assert wait_until(lambda: broker.depth(queue) == 4, message="four messages back")
