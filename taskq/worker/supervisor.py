@@ -418,7 +418,7 @@ class Supervisor:
             from taskq.worker import metrics
 
             metrics.mark_process_dead(pid)
-        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
+        how = f"signal {signal_name(-code)}" if code < 0 else f"exit code {code}"
         if not message_id:
             logger.error(
                 "worker process %d (pid %d) died (%s); replacing it", child.index, pid, how
@@ -472,6 +472,22 @@ def consumer_timeout_warnings(app: App, queues: tuple[str, ...]) -> list[str]:
                 "(milliseconds), restart RabbitMQ, and set TASKQ_CONSUMER_TIMEOUT_S to match"
             )
     return warnings
+
+
+def signal_name(signum: int) -> str:
+    """``SIGKILL`` for 9, ``SIGRTMIN+3`` for a real-time signal, the number otherwise.
+
+    ``signal.Signals`` knows no real-time signal but the first and last: asking it for the
+    name of any signal a child died of would raise ``ValueError`` in the watch loop.
+    """
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        pass
+    rt_min, rt_max = getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1)
+    if rt_min < signum <= rt_max:
+        return f"SIGRTMIN+{signum - rt_min}"
+    return str(signum)
 
 
 def _send(pid: int, signum: int) -> None:

@@ -121,3 +121,14 @@ def test_tasks_with_time_limits_past_the_consumer_timeout_are_warned_about() -> 
     assert report.name in warnings[0]
     assert "consumer_timeout = 3660000" in warnings[0] and "rabbitmq.conf" in warnings[0]
     assert consumer_timeout_warnings(app, ("other",)) == []
+
+
+@pytest.mark.parametrize(
+    ("signum", "name"),
+    [(9, "SIGKILL"), (15, "SIGTERM"), (34, "SIGRTMIN"), (38, "SIGRTMIN+4"),
+     (63, "SIGRTMIN+29"), (64, "SIGRTMAX"), (99, "99")],
+)
+def test_every_signal_a_child_can_die_of_has_a_name(signum: int, name: str) -> None:
+    from taskq.worker.supervisor import signal_name
+
+    assert signal_name(signum) == name
