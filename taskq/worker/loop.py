@@ -52,6 +52,7 @@ from taskq.worker.execution import (
     in_task_context,
 )
 from taskq.worker.retrying import Retrier
+from taskq.worker.time_limits import delivery_key
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -316,10 +317,7 @@ class WorkerLoop:
             delivery.is_redelivered,
         )
         slot = self._slot
-        slot.message_id.value = task_id.encode()
-        if plan.time_limit_s is not None:
-            slot.time_limit_s.value = plan.time_limit_s
-            slot.deadline.value = time.monotonic() + plan.time_limit_s
+        slot.begin(delivery_key(delivery.message), plan.time_limit_s)
         outcome = execute(
             plan.fn,
             envelope.args,
@@ -328,9 +326,7 @@ class WorkerLoop:
             soft_limit=self._soft_limit,
             request=request,
         )
-        if plan.time_limit_s is not None:
-            slot.deadline.value = 0.0
-        slot.message_id.value = b""
+        slot.release()
         return outcome
 
     def _settle_failure(
@@ -461,9 +457,7 @@ class WorkerLoop:
 
     def _settle_dead_process(self, delivery: Delivery) -> bool:
         """Dead-letter a redelivered message that killed its processes; ``True`` if done."""
-        message_id = delivery.message.message_id
-        if not message_id:
-            return False
+        message_id = delivery_key(delivery.message)
         self._await_death_record(message_id)
         record = self._ledger.read(message_id)
         if record is None:
@@ -482,7 +476,7 @@ class WorkerLoop:
         return True
 
     def _settle_time_limit(
-        self, delivery: Delivery, message_id: str, time_limit_s: float, retries: int
+        self, delivery: Delivery, message_id: bytes, time_limit_s: float, retries: int
     ) -> bool:
         """A hard time-limit kill is a failed attempt: retry per policy, else dead-letter."""
         error = (
@@ -506,7 +500,7 @@ class WorkerLoop:
             self._ledger.forget(message_id)
         return True
 
-    def _await_death_record(self, message_id: str) -> None:
+    def _await_death_record(self, message_id: bytes) -> None:
         """Wait while a sibling's slot still holds the message (briefly, with a deadline).
 
         When a process dies, the broker may redeliver its message to a sibling before the
@@ -515,9 +509,8 @@ class WorkerLoop:
         death is not counted yet. (A sibling that is alive and holds the same message -- its
         channel was lost mid-task -- simply makes us wait out the deadline.)
         """
-        encoded = message_id.encode()
         deadline = time.monotonic() + _DEATH_RECORD_WAIT_S
-        while any(slot.message_id.value == encoded for slot in self._sibling_slots):
+        while any(slot.holds(message_id) for slot in self._sibling_slots):
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.01)
