@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from taskq.settings import redact_url
 from taskq.worker.process import (
     EXIT_FATAL,
     STARTUP_BLOCKED_SIGNALS,
@@ -50,12 +51,12 @@ def ensure_table(app: App, table: str, purpose: str) -> bool:
         return True
     if engine.dialect.name == "sqlite":
         app.create_tables()
-        logger.info("created taskq's tables in %s", engine.url.render_as_string())
+        logger.info("created taskq's tables in %s", redact_url(app.settings.database_url))
         return True
     logger.error(
         "table %s does not exist in %s, so %s cannot run; create it with "
         "`taskq db create -A ...`, app.create_tables() or an Alembic migration including "
-        "taskq.metadata", table, engine.url.render_as_string(hide_password=True), purpose,
+        "taskq.metadata", table, redact_url(app.settings.database_url), purpose,
     )
     return False
 
