@@ -226,3 +226,29 @@ def test_the_supervisor_kills_and_charges_only_an_overdue_run(
     assert records == [supervisor._ledger._path(child.killed.key).rsplit("/", 1)[1]]  # type: ignore[union-attr]
     record = supervisor._ledger.read(child.killed.key)  # type: ignore[union-attr]
     assert record is not None and record.time_limit_s == 1.0
+
+
+def _die_while_writing(slot: Slot) -> None:
+    # What a SIGKILL (OOM killer, second SIGTERM) between two stores of a write leaves
+    slot._lock.acquire()
+    slot._version.value += 1
+    os._exit(1)
+
+
+def test_a_process_that_died_while_writing_its_slot_does_not_wedge_it(
+    supervisor: Supervisor,
+) -> None:
+    child = _Child(1, Slot(SPAWN))
+    child.process = SPAWN.Process(target=_die_while_writing, args=(child.slot,))
+    child.process.start()
+
+    _watch_until_reaped(supervisor, child)
+
+    # The supervisor cleared it: the next process can write, the supervisor can judge
+    slot = child.slot
+    assert slot.state() is not None and slot.state().key == b""  # type: ignore[union-attr]
+    done = threading.Event()
+    threading.Thread(target=lambda: (slot.begin(message_key("M"), 1.0, now=0.0), done.set()),
+                     daemon=True).start()
+    wait_until(done.is_set, timeout_s=5)
+    assert slot.kill_if_overdue(2.0, lambda state: None) is not None
