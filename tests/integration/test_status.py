@@ -164,3 +164,17 @@ def test_status_cli_never_prints_a_password(
     assert "root:***@127.0.0.1:5432/test" in output, output
     for fragment in ("Zq9", "x?y", "y#w", "Qk7", "y?z", "z#v"):
         assert fragment not in output, output
+
+
+def test_status_of_an_amqps_broker_without_management_says_https(
+    make_app: Callable[..., App],
+) -> None:
+    from dataclasses import replace
+
+    status = collect(make_app())
+    assert status.source == "amqp"  # the shared broker has no management listener here
+
+    text = render(replace(status, broker_url="amqps://guest:***@rabbit:5671/%2F"))
+
+    assert "enable rabbitmq_management with its HTTPS listener on port 15671" in text
+    assert "HTTPS" not in render(status)
