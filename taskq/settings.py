@@ -21,7 +21,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from taskq.errors import ConfigurationError
 
@@ -164,17 +163,49 @@ class Settings:
         return f"Settings({', '.join(parts)})"
 
 
+# Where the next of several ';'-separated URLs starts (a ';' inside a password does not).
+_NEXT_URL_RE = re.compile(r";(?=\s*[A-Za-z][A-Za-z0-9+.\-]*://)")
+# A query parameter whose name says it holds a secret, and its value: up to the next
+# parameter that has a name and a '=' (an unescaped '&' in the secret does not end it).
+_SECRET_PARAM_RE = re.compile(
+    r"(?P<name>[?&;][^=&;#?]*(?:pass|pwd|secret|token)[^=&;#?]*=)"
+    r"(?P<value>.*?)(?=[&;][^=&;#?]+=|$)",
+    re.IGNORECASE | re.DOTALL,
+)
+_MASK = "***"
+
+
 def redact_url(url: str) -> str:
-    """Return ``url`` with its password replaced by ``***`` (for logs, errors and status)."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+    """Return ``url`` with every password replaced by ``***`` (for logs, errors and status).
+
+    Masks the password of the user info, whatever characters it holds (SQLAlchemy accepts
+    an unescaped ``/``, ``?`` or ``#`` there), and the value of every query parameter named
+    like a secret (``password``, ``passwd``, ``pwd``, ``*token*``, ``*secret*``). Several URLs
+    separated by ``;`` (a multi-node ``broker_url``) are masked one by one. Where the end of
+    a password is ambiguous, more is masked, never less.
+    """
+    return ";".join(_redact_one(part) for part in _NEXT_URL_RE.split(url))
+
+
+def _redact_one(url: str) -> str:
+    scheme, separator, rest = url.partition("://")
+    if not separator:
+        return _mask_secret_params(url)
+    at = rest.find("@")
+    if at >= 0:
+        # The user info ends at the last '@' before the query or fragment that follows the
+        # first '@': a password may hold '/', '?', '#' or '@', a host never holds '@'.
+        query_at = min((i for i in (rest.find("?", at), rest.find("#", at)) if i >= 0),
+                       default=len(rest))
+        at = rest.rfind("@", 0, query_at)
+        user, colon, _ = rest[:at].partition(":")
+        userinfo = f"{user}:{_MASK}" if colon else user
+        rest = f"{userinfo}@{rest[at + 1:]}"
+    return f"{scheme}://{_mask_secret_params(rest)}"
+
+
+def _mask_secret_params(text: str) -> str:
+    return _SECRET_PARAM_RE.sub(lambda match: match["name"] + _MASK, text)
 
 
 def _convert(name: str, raw: str, kind: type) -> Any:

@@ -141,16 +141,20 @@ def _outbox_part(app: App) -> OutboxStatus:
     return OutboxStatus(backlog.rows, backlog.oldest_age_s(), backlog.failing_rows)
 
 
+def _amqp_source(status: Status) -> str:
+    # An amqps broker's management API is asked over HTTPS only (broker/_management.py).
+    https = " with its HTTPS listener on port 15671" if status.broker_url.startswith(
+        "amqps://") else ""
+    return f"AMQP passive declare (unacked unknown: enable rabbitmq_management{https})"
+
+
 def render(status: Status) -> str:
     """The human-readable table ``taskq status`` prints."""
     lines = [f"taskq status of app {status.app}"]
     if status.broker_error:
         lines.append(f"  broker: ERROR {status.broker_error}")
     else:
-        how = (
-            "management API" if status.source == "management"
-            else "AMQP passive declare (unacked unknown: enable rabbitmq_management)"
-        )
+        how = "management API" if status.source == "management" else _amqp_source(status)
         lines.append(f"  broker: {status.broker_url} via {how}")
         lines.append(f"  {'queue':<32} {'ready':>8} {'unacked':>8} {'consumers':>9} "
                      f"{'dead':>6}")

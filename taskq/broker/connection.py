@@ -7,13 +7,10 @@ I/O thread while tasks run.
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
 import os
 import re
 import socket
-import urllib.request
 from typing import Any
 from urllib.parse import quote
 
@@ -21,6 +18,7 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
+from taskq.broker import _management as management
 from taskq.broker.topology import Declarations
 from taskq.errors import BrokerConnectionError, TopologyError
 from taskq.settings import Settings, redact_url
@@ -35,9 +33,12 @@ def connection_parameters(
     try:
         params = pika.URLParameters(settings.broker_url)
     except Exception as exc:  # pika raises several types for malformed URLs
+        # Not the parser's own words: they may quote a piece of the password ("Port could
+        # not be cast to integer value as 's3cr'" for an unescaped '/').
         raise BrokerConnectionError(
-            f"invalid broker URL {redact_url(settings.broker_url)}: {exc}; "
-            "expected amqp://user:password@host:port/vhost",
+            f"invalid broker URL {redact_url(settings.broker_url)} ({type(exc).__name__}); "
+            "expected amqp://user:password@host:port/vhost, with characters such as / ? # @ "
+            "in the user or password percent-encoded (e.g. / as %2F)",
             url=redact_url(settings.broker_url),
         ) from None
     params.heartbeat = settings.heartbeat_s if heartbeat_s is None else heartbeat_s
@@ -147,8 +148,7 @@ _INT_TYPES = frozenset(
     {"byte", "short", "signedint", "long", "unsignedbyte", "unsignedshort", "unsignedint"}
 )
 _ABSENT = object()
-# The management plugin's HTTP port; only used to describe a TopologyError better.
-_MANAGEMENT_PORT = 15672
+# The management API is only used to describe a TopologyError better.
 _MANAGEMENT_TIMEOUT_S = 1.0
 
 
@@ -302,23 +302,13 @@ def _existing_arguments(
 
     AMQP cannot read a queue's arguments back, and the broker's 406 reply names only the first
     difference. The management plugin (when enabled on the broker's host) knows them all; any
-    failure (plugin off, other credentials, firewall) silently falls back to the reply.
+    failure (plugin off, other credentials, firewall, no HTTPS listener for an ``amqps://``
+    broker) silently falls back to the reply.
     """
     try:
         params = connection._impl.params  # pika keeps the parameters only on the impl
-        credentials = params.credentials
-        user, password = credentials.username, credentials.password
-        host = f"[{params.host}]" if ":" in params.host else params.host
-        url = (
-            f"http://{host}:{_MANAGEMENT_PORT}/api/{kind}s/"
-            f"{quote(params.virtual_host, safe='')}/{quote(name, safe='')}"
-        )
-        token = base64.b64encode(f"{user}:{password}".encode()).decode("ascii")
-        request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
-        # No proxies: the request carries the broker credentials.
-        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-        with opener.open(request, timeout=_MANAGEMENT_TIMEOUT_S) as response:
-            info = json.load(response)
+        path = f"/api/{kind}s/{management.vhost_path(params)}/{quote(name, safe='')}"
+        info = management.get_json(params, path, timeout_s=_MANAGEMENT_TIMEOUT_S)
     except Exception:  # best effort by design: any failure means "not available"
         logger.debug("management API not available to describe %s %r", kind, name)
         return None

@@ -1,5 +1,8 @@
 """Queue figures for ``taskq status``: the management HTTP API when enabled, AMQP otherwise.
 
+The management API is asked over HTTPS (port 15671) when the broker URL is ``amqps://`` and
+over plain HTTP (port 15672) when it is ``amqp://``; see :mod:`taskq.broker._management`.
+
 The management API reports ready and unacked messages and consumers per queue. Without it,
 a passive ``queue.declare`` over AMQP reports ready messages and consumers only: unacked
 counts are then unknown (``None``), and ``taskq status`` says so.
@@ -7,24 +10,19 @@ counts are then unknown (``None``), and ``taskq status`` says so.
 
 from __future__ import annotations
 
-import base64
-import json
 import logging
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import pika
 import pika.exceptions
 
-from taskq.broker.connection import open_connection
+from taskq.broker import _management as management
+from taskq.broker.connection import connection_parameters, open_connection
 from taskq.settings import Settings
 
 logger = logging.getLogger(__name__)
 
-MANAGEMENT_PORT = 15672
 _MANAGEMENT_TIMEOUT_S = 1.5
 
 
@@ -81,24 +79,19 @@ def _from_amqp(settings: Settings, names: list[str]) -> dict[str, QueueStats]:
 
 
 def _from_management(settings: Settings, names: list[str]) -> dict[str, QueueStats] | None:
-    """All queues of the vhost in one request, or ``None`` when the API does not answer."""
-    params = pika.URLParameters(settings.broker_url)
-    credentials = params.credentials
-    user = getattr(credentials, "username", "guest")
-    password = getattr(credentials, "password", "guest")
-    vhost = urllib.parse.quote(params.virtual_host, safe="")
-    url = (
-        f"http://{params.host}:{MANAGEMENT_PORT}/api/queues/{vhost}"
+    """All queues of the vhost in one request, or ``None`` when the API does not answer.
+
+    Over HTTPS for an ``amqps://`` broker, never plain HTTP (see :mod:`._management`).
+    """
+    params = connection_parameters(settings, client_name="taskq status")
+    path = (
+        f"/api/queues/{management.vhost_path(params)}"
         "?columns=name,messages_ready,messages_unacknowledged,consumers"
     )
-    token = base64.b64encode(f"{user}:{password}".encode()).decode()
-    request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
     try:
-        with opener.open(request, timeout=_MANAGEMENT_TIMEOUT_S) as response:
-            rows = json.load(response)
-    except (OSError, ValueError, urllib.error.URLError):
-        logger.debug("management API not available at %s:%d", params.host, MANAGEMENT_PORT)
+        rows = management.get_json(params, path, timeout_s=_MANAGEMENT_TIMEOUT_S)
+    except (OSError, ValueError):
+        logger.debug("management API not available at %s", management.base_url(params))
         return None
     wanted = set(names)
     return {

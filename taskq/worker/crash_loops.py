@@ -19,6 +19,7 @@ from taskq.message import TASK
 from taskq.retry import Decision, GiveUp
 from taskq.worker.dead_letters import DeadLetterer, retries_of
 from taskq.worker.retrying import Retrier
+from taskq.worker.time_limits import delivery_key
 
 if TYPE_CHECKING:
     from taskq.broker.subscription import Delivery
@@ -68,9 +69,7 @@ class CrashLoopGuard:
         Returns:
             ``True`` when the delivery was settled here; ``False``: run it as usual.
         """
-        message_id = delivery.message.message_id
-        if not message_id:
-            return False
+        message_id = delivery_key(delivery.message)
         self._await_death_record(message_id)
         record = self._ledger.read(message_id)
         if record is None:
@@ -89,7 +88,7 @@ class CrashLoopGuard:
         return True
 
     def _settle_time_limit(
-        self, delivery: Delivery, message_id: str, time_limit_s: float, retries: int
+        self, delivery: Delivery, message_id: bytes, time_limit_s: float, retries: int
     ) -> bool:
         """A hard time-limit kill is a failed attempt: retry per policy, else dead-letter."""
         error = (
@@ -113,7 +112,7 @@ class CrashLoopGuard:
             self._ledger.forget(message_id)
         return True
 
-    def _await_death_record(self, message_id: str) -> None:
+    def _await_death_record(self, message_id: bytes) -> None:
         """Wait while a sibling's slot still holds the message (briefly, with a deadline).
 
         When a process dies, the broker may redeliver its message to a sibling before the
@@ -122,9 +121,8 @@ class CrashLoopGuard:
         death is not counted yet. (A sibling that is alive and holds the same message -- its
         channel was lost mid-task -- simply makes us wait out the deadline.)
         """
-        encoded = message_id.encode()
         deadline = time.monotonic() + DEATH_RECORD_WAIT_S
-        while any(slot.message_id.value == encoded for slot in self._sibling_slots):
+        while any(slot.holds(message_id) for slot in self._sibling_slots):
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.01)

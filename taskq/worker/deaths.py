@@ -2,16 +2,19 @@
 
 When a worker process dies holding a message, the broker redelivers that message -- possibly
 to a process that dies the same way. To break such a crash loop the supervisor records each
-death in a small state directory (one file per message id), and a worker process that gets a
-*redelivered* message looks it up there: after ``max_process_deaths`` deaths the message
-goes to ``Q.dlq`` instead of running again, and a hard time-limit kill counts as a failed
-attempt under the task's retry policy (a delayed retry, or ``Q.dlq`` when none is left).
+death in a small state directory (one file per delivery key: the message id, or a digest
+of the message when it has no id; see :func:`taskq.worker.time_limits.delivery_key`), and
+a worker process that gets a *redelivered* message looks it up there: after
+``max_process_deaths`` deaths the message goes to ``Q.dlq`` instead of running again, and a
+hard time-limit kill counts as a failed attempt under the task's retry policy (a delayed
+retry, or ``Q.dlq`` when none is left).
 
 Counts live per supervisor (the directory is created at start and removed at exit): two
 ``taskq worker`` commands on one queue each count only the deaths of their own processes, so
 a poison message may run up to ``max_process_deaths`` times per supervisor.
 
-File names are a hash of the message id, never the id itself, which comes from the network.
+File names are a hash of the key, never the id itself, which comes from the network.
+Methods take the key as ``bytes``, or a message id as ``str`` (the key of that id).
 Only the supervisor writes (atomically, via rename); worker processes read and delete.
 """
 
@@ -24,6 +27,8 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
+
+from taskq.worker.time_limits import message_key
 
 logger = logging.getLogger(__name__)
 
@@ -60,11 +65,13 @@ class DeathLedger:
         """Delete the state directory and every record in it."""
         shutil.rmtree(self.directory, ignore_errors=True)
 
-    def record_death(self, message_id: str, *, time_limit_s: float | None = None) -> DeathRecord:
+    def record_death(
+        self, message_id: bytes | str, *, time_limit_s: float | None = None
+    ) -> DeathRecord:
         """Count one more death for ``message_id`` (supervisor only).
 
         Args:
-            message_id: The message the dead process held.
+            message_id: The delivery key of the message the dead process held (or its id).
             time_limit_s: The hard limit, when the supervisor killed it for running past it.
 
         Returns:
@@ -81,7 +88,7 @@ class DeathLedger:
         os.replace(temporary, path)
         return record
 
-    def read(self, message_id: str) -> DeathRecord | None:
+    def read(self, message_id: bytes | str) -> DeathRecord | None:
         """Return the record of ``message_id``, or ``None`` if no process died holding it."""
         try:
             with open(self._path(message_id), encoding="utf-8") as file:
@@ -89,17 +96,18 @@ class DeathLedger:
         except FileNotFoundError:
             return None
         except (OSError, ValueError):
-            logger.warning("unreadable death record for message %s", message_id, exc_info=True)
+            logger.warning("unreadable death record for message %r", message_id, exc_info=True)
             return None
         return DeathRecord(deaths=int(data["deaths"]), time_limit_s=data.get("time_limit_s"))
 
-    def forget(self, message_id: str) -> None:
+    def forget(self, message_id: bytes | str) -> None:
         """Drop the record of ``message_id`` (after it was dead-lettered)."""
         try:
             os.unlink(self._path(message_id))
         except FileNotFoundError:
             pass
 
-    def _path(self, message_id: str) -> str:
-        digest = hashlib.sha256(message_id.encode("utf-8", "surrogatepass")).hexdigest()
+    def _path(self, message_id: bytes | str) -> str:
+        key = message_key(message_id) if isinstance(message_id, str) else message_id
+        digest = hashlib.sha256(key).hexdigest()
         return os.path.join(self.directory, digest[:32])

@@ -48,6 +48,7 @@ from taskq.worker.execution import (
     in_task_context,
 )
 from taskq.worker.retrying import Retrier
+from taskq.worker.time_limits import delivery_key
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -340,10 +341,7 @@ class WorkerLoop:
             delivery.is_redelivered,
         )
         slot = self._slot
-        slot.message_id.value = task_id.encode()
-        if plan.time_limit_s is not None:
-            slot.time_limit_s.value = plan.time_limit_s
-            slot.deadline.value = time.monotonic() + plan.time_limit_s
+        slot.begin(delivery_key(delivery.message), plan.time_limit_s)
         outcome = execute(
             plan.fn,
             envelope.args,
@@ -352,9 +350,7 @@ class WorkerLoop:
             soft_limit=self._soft_limit,
             request=request,
         )
-        if plan.time_limit_s is not None:
-            slot.deadline.value = 0.0
-        slot.message_id.value = b""
+        slot.release()
         return outcome
 
     def _settle_failure(

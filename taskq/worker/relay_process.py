@@ -18,10 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
+from taskq.settings import redact_url
 from taskq.worker.process import (
     EXIT_FATAL,
     STARTUP_BLOCKED_SIGNALS,
     ChildSpec,
+    _die_with_parent,
     configure_logging,
     load_spec_app,
 )
@@ -49,12 +51,12 @@ def ensure_table(app: App, table: str, purpose: str) -> bool:
         return True
     if engine.dialect.name == "sqlite":
         app.create_tables()
-        logger.info("created taskq's tables in %s", engine.url.render_as_string())
+        logger.info("created taskq's tables in %s", redact_url(app.settings.database_url))
         return True
     logger.error(
         "table %s does not exist in %s, so %s cannot run; create it with "
         "`taskq db create -A ...`, app.create_tables() or an Alembic migration including "
-        "taskq.metadata", table, engine.url.render_as_string(hide_password=True), purpose,
+        "taskq.metadata", table, redact_url(app.settings.database_url), purpose,
     )
     return False
 
@@ -85,18 +87,31 @@ def run_relay(app: App, should_stop: Any) -> int:
 
 
 def relay_main(spec: ChildSpec) -> None:
-    """Entry point of the relay process started by the supervisor."""
+    """Entry point of the relay process started by the supervisor.
+
+    Like a worker process it dies with its supervisor: Linux sends it SIGTERM when the
+    supervisor dies (``PR_SET_PDEATHSIG``), and it also stops when its parent pid changes.
+    An orphaned relay would go on publishing beside the next supervisor's relay, which on
+    SQLite (no ``SKIP LOCKED``) republishes the same rows.
+    """
     configure_logging(spec.loglevel, spec.log_format)
+    _die_with_parent(spec.supervisor_pid)
     stop = False
 
     def on_sigterm(signum: int, frame: FrameType | None) -> None:
         nonlocal stop
         stop = True
 
+    def should_stop() -> bool:
+        if not stop and spec.supervisor_pid and os.getppid() != spec.supervisor_pid:
+            logger.warning("the supervisor process is gone; stopping the outbox relay")
+            return True
+        return stop
+
     signal.signal(signal.SIGTERM, on_sigterm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STARTUP_BLOCKED_SIGNALS)
-    sys.exit(run_relay(load_spec_app(spec), lambda: stop))
+    sys.exit(run_relay(load_spec_app(spec), should_stop))
 
 
 class RelayProcess:

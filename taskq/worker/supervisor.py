@@ -43,7 +43,7 @@ from taskq.worker.process import (
     child_main,
 )
 from taskq.worker.relay_process import RelayProcess, ensure_table
-from taskq.worker.time_limits import Slot
+from taskq.worker.time_limits import Slot, SlotState, describe_key
 
 if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
@@ -60,6 +60,9 @@ DUPLICATE_SIGNAL_WINDOW_S = 1.0
 _WATCH_INTERVAL_S = 0.1
 # A process that dies sooner than this after starting is restarted only after this long.
 _MIN_LIFETIME_S = 1.0
+# Longest wait for a process SIGKILLed for its time limit to be gone (a process blocked in
+# the kernel dies when it gets back from it, and cannot touch its slot before).
+_KILL_WAIT_S = 1.0
 
 
 # A process that has not looked at its consumer for this long is unhealthy.
@@ -90,8 +93,8 @@ class _Child:
     process: BaseProcess | None = None
     started_at: float = 0.0
     restart_at: float = 0.0
-    killed_message_id: str | None = None
-    killed_time_limit_s: float | None = None
+    # The slot state the supervisor killed the process in, for a hard time limit.
+    killed: SlotState | None = None
 
 
 class Supervisor:
@@ -230,7 +233,7 @@ class Supervisor:
 
     def _start(self, child: _Child) -> None:
         child.slot.clear()
-        child.killed_message_id = child.killed_time_limit_s = None
+        child.killed = None
         spec = replace(self._spec, index=child.index, state_dir=self._ledger_dir())
         process = self._context.Process(
             target=child_main,
@@ -329,36 +332,40 @@ class Supervisor:
             process.join()
             self._on_exit(child, process, now)
             return
-        deadline = child.slot.read_deadline()
-        if deadline and now > deadline and child.killed_message_id is None:
-            self._kill_for_time_limit(child, process)
+        if child.killed is None:
+            self._kill_if_overdue(child, process, now)
 
-    def _kill_for_time_limit(self, child: _Child, process: BaseProcess) -> None:
-        child.killed_message_id = child.slot.read_message_id()
-        child.killed_time_limit_s = child.slot.read_time_limit_s()
+    def _kill_if_overdue(self, child: _Child, process: BaseProcess, now: float) -> None:
+        pid = process.pid
+        if pid is None:
+            return
+        # Decided and sent under the slot's lock: the process cannot end this run (and queue
+        # its ack) or start the next delivery's between the check and the SIGKILL.
+        killed = child.slot.kill_if_overdue(now, lambda state: _kill_and_wait(process))
+        if killed is None:
+            return
+        child.killed = killed
         logger.error(
             "worker process %d (pid %d) ran message %s past its hard time limit of %gs; "
-            "killing it",
-            child.index, process.pid, child.killed_message_id, child.killed_time_limit_s,
+            "killed it",
+            child.index, pid, describe_key(killed.key), killed.time_limit_s,
         )
-        if process.pid is not None:
-            _send(process.pid, signal.SIGKILL)
 
     def _on_exit(self, child: _Child, process: BaseProcess, now: float) -> None:
         pid, code = process.pid or 0, process.exitcode or 0
         process.close()
         child.process = None
-        message_id = child.slot.read_message_id()
+        state = child.slot.state()  # final: its only writer is dead
         if code == EXIT_FATAL:
             logger.error("worker process %d cannot run (configuration); stopping", child.index)
             self._fatal = True
             self._begin_shutdown("configuration error")
-        elif self._forced or (code == 0 and not message_id):
+        elif self._forced or (code == 0 and state is not None and not state.key):
             if not self._stopping_at:
                 logger.info("worker process %d (pid %d) recycled", child.index, pid)
                 child.restart_at = now
         else:
-            self._record_death(child, pid, code, message_id)
+            self._record_death(child, pid, code, state)
             if not self._stopping_at:
                 quick = now - child.started_at < _MIN_LIFETIME_S
                 child.restart_at = now + (_MIN_LIFETIME_S if quick else 0.0)
@@ -416,28 +423,33 @@ class Supervisor:
                 os.utime(path)
             self._health_touched_at = now
 
-    def _record_death(self, child: _Child, pid: int, code: int, message_id: str) -> None:
+    def _record_death(
+        self, child: _Child, pid: int, code: int, state: SlotState | None
+    ) -> None:
         self._restarts += 1
         if self._metrics_server is not None:
             from taskq.worker import metrics
 
             metrics.mark_process_dead(pid)
-        how = f"signal {signal.Signals(-code).name}" if code < 0 else f"exit code {code}"
-        if not message_id:
+        how = f"signal {signal_name(-code)}" if code < 0 else f"exit code {code}"
+        if state is None or not state.key:
+            torn = " while writing its slot" if state is None else ""
             logger.error(
-                "worker process %d (pid %d) died (%s); replacing it", child.index, pid, how
+                "worker process %d (pid %d) died (%s)%s; replacing it", child.index, pid, how,
+                torn,
             )
             return
         time_limit_s = None
-        if child.killed_message_id == message_id:
-            time_limit_s = child.killed_time_limit_s
+        if child.killed is not None and child.killed.version == state.version:
+            time_limit_s = child.killed.time_limit_s
         deaths = 1
         if self._ledger is not None:
-            deaths = self._ledger.record_death(message_id, time_limit_s=time_limit_s).deaths
+            deaths = self._ledger.record_death(state.key, time_limit_s=time_limit_s).deaths
         logger.error(
             "worker process %d (pid %d) died (%s) while running message %s (death %d, "
             "max_process_deaths=%d); replacing it; the broker redelivers the message",
-            child.index, pid, how, message_id, deaths, self.settings.max_process_deaths,
+            child.index, pid, how, describe_key(state.key), deaths,
+            self.settings.max_process_deaths,
         )
 
     def _kill_all(self) -> bool:
@@ -454,6 +466,33 @@ class Supervisor:
         if self._relay is not None:
             self._relay.kill()
         return killed
+
+
+def signal_name(signum: int) -> str:
+    """``SIGKILL`` for 9, ``SIGRTMIN+3`` for a real-time signal, the number otherwise.
+
+    ``signal.Signals`` knows no real-time signal but the first and last: asking it for the
+    name of any signal a child died of would raise ``ValueError`` in the watch loop.
+    """
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        pass
+    rt_min, rt_max = getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1)
+    if rt_min < signum <= rt_max:
+        return f"SIGRTMIN+{signum - rt_min}"
+    return str(signum)
+
+
+def _kill_and_wait(process: BaseProcess) -> None:
+    """SIGKILL ``process`` and wait (briefly) until it is gone.
+
+    Called holding the process's slot lock: until the kernel has ended the process, one of
+    its threads already on a CPU could otherwise still take the lock once it is released.
+    """
+    if process.pid is not None:
+        _send(process.pid, signal.SIGKILL)
+        multiprocessing.connection.wait([process.sentinel], timeout=_KILL_WAIT_S)
 
 
 def _send(pid: int, signum: int) -> None:

@@ -12,21 +12,99 @@ holding the GIL), so each worker process publishes the deadline of the message i
 a :class:`Slot` shared with the supervisor, which SIGKILLs the process once the deadline
 passes. Deadlines use ``time.monotonic()``: on Linux that is ``CLOCK_MONOTONIC``, one clock for
 every process of the machine, so parent and child compare the same numbers.
+
+The kill decision and the kill happen under the slot's lock, which the process also takes to
+start and to end a run: so the supervisor kills only the run it found overdue, never the next
+one (a task that ends just after its deadline and a new one that starts), and a run that has
+ended is never killed, so the ack queued after it is never lost to a time-limit kill.
+
+The slot also names the delivery in hand for the death ledger (:mod:`taskq.worker.deaths`)
+by its :func:`delivery_key`: the exact bytes of its message id, whatever they are (NUL,
+non-UTF-8), or a digest of body and headers when it has none, so that a message without a
+usable id that kills its process is counted like any other.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from taskq.errors import SoftTimeLimitExceeded
 
+if TYPE_CHECKING:
+    from taskq.message import WireMessage
+
 logger = logging.getLogger(__name__)
 
-# Longest message id the slot stores; AMQP short strings are at most 255 bytes.
+# Longest message id the slot stores whole; AMQP short strings are at most 255 bytes.
 MESSAGE_ID_MAX_BYTES = 255
+# A delivery key is one kind byte, then the raw message id or a SHA-256 digest: a message id
+# can hold any bytes, so only the kind byte keeps the two kinds apart.
+_ID_KIND = b"i"
+_DIGEST_KIND = b"h"
+_KEY_MAX_BYTES = 1 + MESSAGE_ID_MAX_BYTES
+# Lock-free readers retry this often while the process is writing its slot.
+_READ_ATTEMPTS = 1000
+# The supervisor gives up a time-limit check (until its next tick) when the process holds
+# its slot's lock longer than this: it is stopped (SIGSTOP) or died while writing.
+_JUDGE_LOCK_TIMEOUT_S = 0.01
+
+
+def message_key(message_id: str | bytes) -> bytes:
+    """The delivery key of a message whose id is ``message_id`` (not empty)."""
+    if isinstance(message_id, str):
+        try:  # an id decoded with surrogateescape gets its original bytes back
+            raw = message_id.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            raw = message_id.encode("utf-8", "surrogatepass")
+    else:
+        raw = bytes(message_id)
+    if len(raw) > MESSAGE_ID_MAX_BYTES:  # not over AMQP; from code that built a message
+        return _DIGEST_KIND + hashlib.sha256(b"id:" + raw).digest()
+    return _ID_KIND + raw
+
+
+def delivery_key(message: WireMessage) -> bytes:
+    """What names a delivery in the slot and the death ledger, for any message.
+
+    The message id when it has one (its exact bytes: pika hands a non-UTF-8 id over as
+    ``bytes``); otherwise a SHA-256 digest of body, headers (but those the broker adds on
+    redelivery) and properties, the same for every redelivery of the message. Two messages
+    without id that are identical share a key, so their deaths count together.
+    """
+    message_id: Any = message.message_id
+    if message_id:
+        return message_key(message_id)
+    digest = hashlib.sha256(message.body)
+    headers = message.headers or {}
+    stable = [(name, value) for name, value in headers.items() if not _added_by_broker(name)]
+    properties = (message.priority, message.timestamp, message.app_id, message.content_type)
+    digest.update(repr((stable, properties)).encode("utf-8", "backslashreplace"))
+    return _DIGEST_KIND + digest.digest()
+
+
+def _added_by_broker(name: Any) -> bool:
+    # Headers the broker adds or changes on a redelivery (x-delivery-count on quorum queues)
+    # stay out of the digest, so that every delivery of one message gets the same key.
+    if isinstance(name, str):
+        return name.startswith("x-")
+    return isinstance(name, bytes) and name.startswith(b"x-")
+
+
+def describe_key(key: bytes) -> str:
+    """A delivery key for a log line: the message id as text, or what the digest is of."""
+    if key.startswith(_ID_KIND):
+        text = key[1:].decode("utf-8", "backslashreplace")
+        return text if text.isprintable() else repr(text)
+    if key.startswith(_DIGEST_KIND):
+        return f"(no message id; body and headers sha256 {key[1:9].hex()})"
+    return repr(key)
 
 
 class SoftTimeLimit:
@@ -61,44 +139,142 @@ class SoftTimeLimit:
         raise SoftTimeLimitExceeded(f"soft time limit of {self._limit_s:g}s exceeded")
 
 
-class Slot:
-    """What a worker process shares with its supervisor: the message in hand and its deadline.
+@dataclass(frozen=True)
+class SlotState:
+    """One consistent reading of a :class:`Slot`.
 
-    The fields are raw shared memory without a lock: the child is the only writer, and the
-    supervisor reads the message id and time limit only after the child is dead, or right
-    after it decided to kill it. The deadline is one aligned 8-byte float, read and written
-    whole. The child writes the id before the deadline and clears them in reverse order.
+    Args:
+        version: Changes with every write: the same version means the same run.
+        key: The :func:`delivery_key` of the delivery in hand; ``b""`` when idle.
+        deadline: Monotonic hard deadline of the running task; ``0.0`` when there is none.
+        time_limit_s: The hard time limit that set the deadline.
+    """
+
+    version: int
+    key: bytes
+    deadline: float
+    time_limit_s: float
+
+    def is_overdue(self, now: float) -> bool:
+        """A task runs and its deadline has passed."""
+        return bool(self.deadline) and now > self.deadline
+
+
+class Slot:
+    """What a worker process shares with its supervisor: the delivery in hand and its deadline.
+
+    The process is the only writer; it takes the slot's lock for each write and makes the
+    version odd while writing (a seqlock), so that siblings and health checks can read
+    without the lock and still see whole states. The supervisor decides and performs a
+    time-limit kill holding the lock (:meth:`kill_if_overdue`): a process cannot end the run
+    or start the next one in between.
 
     Args:
         context: The multiprocessing context the child processes are started with.
     """
 
     def __init__(self, context: Any) -> None:
-        self.message_id = context.Array("c", MESSAGE_ID_MAX_BYTES + 1, lock=False)
-        self.deadline = context.Value("d", 0.0, lock=False)
-        self.time_limit_s = context.Value("d", 0.0, lock=False)
+        self._lock = context.Lock()
+        self._version = context.Value("Q", 0, lock=False)
+        self._key_bytes = context.Value("H", 0, lock=False)
+        self._key = context.Array("c", _KEY_MAX_BYTES, lock=False)
+        self._deadline = context.Value("d", 0.0, lock=False)
+        self._time_limit_s = context.Value("d", 0.0, lock=False)
         # Monotonic time the loop last saw its consumer connected (health checks).
         self.alive_at = context.Value("d", 0.0, lock=False)
 
-    def read_message_id(self) -> str:
-        """The id of the message the process holds, or ``""`` when it is idle."""
-        return bytes(self.message_id.value).decode("utf-8", "replace")
+    # -- the worker process ------------------------------------------------------------------
 
-    def read_deadline(self) -> float:
-        """Monotonic hard deadline of the running task; ``0.0`` when there is none."""
-        return float(self.deadline.value)
+    def hold(self, key: bytes) -> None:
+        """Name the delivery in hand (no task runs yet, so no deadline)."""
+        self._write(key, 0.0, 0.0)
 
-    def read_time_limit_s(self) -> float:
-        """The hard time limit of the task that set the current deadline."""
-        return float(self.time_limit_s.value)
+    def begin(self, key: bytes, time_limit_s: float | None, *, now: float | None = None) -> None:
+        """A task of the delivery ``key`` starts; with a hard limit, its deadline is set."""
+        if time_limit_s is None:
+            self._write(key, 0.0, 0.0)
+        else:
+            now = time.monotonic() if now is None else now
+            self._write(key, now + time_limit_s, time_limit_s)
+
+    def end_run(self) -> None:
+        """The task has returned: no deadline any more; the delivery is still in hand."""
+        self._write(None, 0.0, 0.0)
+
+    def release(self) -> None:
+        """The delivery is settled: the slot is idle."""
+        self._write(b"", 0.0, 0.0)
+
+    def _write(self, key: bytes | None, deadline: float, time_limit_s: float) -> None:
+        if key is not None and len(key) > _KEY_MAX_BYTES:
+            raise ValueError(f"delivery key of {len(key)} bytes (at most {_KEY_MAX_BYTES})")
+        version = self._version
+        with self._lock:
+            version.value += 1  # odd: a write is under way
+            if key is not None:
+                self._key.raw = key  # copies len(key) bytes; the length says where it ends
+                self._key_bytes.value = len(key)
+            self._deadline.value = deadline
+            self._time_limit_s.value = time_limit_s
+            version.value += 1
+
+    # -- readers -----------------------------------------------------------------------------
+
+    def state(self) -> SlotState | None:
+        """A whole state, read without the lock; ``None`` if no whole state could be read
+        (the process is writing, or died while writing)."""
+        version = self._version
+        for _ in range(_READ_ATTEMPTS):
+            before = version.value
+            if before & 1:
+                continue
+            state = self._read(before)
+            if version.value == before:
+                return state
+        return None
+
+    def _read(self, version: int) -> SlotState:
+        key = self._key.raw[: self._key_bytes.value]
+        return SlotState(version, key, self._deadline.value, self._time_limit_s.value)
+
+    def holds(self, key: bytes) -> bool:
+        """The process has the delivery ``key`` in hand (also ``True`` while unreadable)."""
+        state = self.state()
+        return state is None or state.key == key
 
     def is_healthy(self, now: float, stale_after_s: float) -> bool:
-        """Consuming recently, or busy with a task (a long task is not a sick process)."""
-        return bool(self.message_id.value) or now - float(self.alive_at.value) < stale_after_s
+        """Consuming recently, or busy with a delivery (a long task is not a sick process)."""
+        return bool(self._key_bytes.value) or now - float(self.alive_at.value) < stale_after_s
+
+    # -- the supervisor ----------------------------------------------------------------------
+
+    def kill_if_overdue(
+        self, now: float, kill: Callable[[SlotState], None]
+    ) -> SlotState | None:
+        """Call ``kill(state)`` if the running task is past its deadline; return that state.
+
+        The check and ``kill`` run under the slot's lock, so the process can neither end the
+        overdue run nor start another one in between: what ``kill`` stops is the run judged.
+        ``kill`` must send SIGKILL and wait until the process is gone (it holds the lock).
+        Returns ``None`` when nothing was killed.
+        """
+        if not self._lock.acquire(timeout=_JUDGE_LOCK_TIMEOUT_S):
+            return None
+        try:
+            state = self._read(self._version.value)
+            if not state.is_overdue(now):
+                return None
+            kill(state)
+            return state
+        finally:
+            self._lock.release()
 
     def clear(self) -> None:
-        """Mark the slot idle (used by the supervisor before starting a replacement)."""
-        self.message_id.value = b""
-        self.deadline.value = 0.0
-        self.time_limit_s.value = 0.0
+        """Mark the slot idle (supervisor only, once its process is dead, before the next)."""
+        # A process killed while writing leaves the lock taken and the version odd.
+        self._lock.acquire(False)
+        self._lock.release()
+        if self._version.value & 1:
+            self._version.value += 1
+        self._write(b"", 0.0, 0.0)
         self.alive_at.value = 0.0

@@ -6,15 +6,19 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pika
+import pytest
+from click.testing import CliRunner
 from sqlalchemy.orm import Session
 
 from taskq import App
 from taskq.broker import topology as topo
+from taskq.cli import main
 from taskq.message import encode
 from taskq.status import collect, render
 from tests.conftest import BROKER_URL
@@ -120,3 +124,57 @@ def test_status_cli_text_output(namespace: str, tmp_path: Path) -> None:
     assert "taskq status of app taskq-tests" in result.stdout
     assert f"{namespace}.default (not declared)" in result.stdout
     assert topo.unroutable_name(namespace) not in result.stdout  # shown as "unroutable"
+
+
+_HOSTILE_BROKER_URLS = [
+    # Unescaped '/', '?', '#' and '@' in the password, a password in the query string, and
+    # several ';'-separated URLs (the wrong password: the login is refused or the host is
+    # not found, and the error line names the URL).
+    "amqp://guest:Zq9/x?y#w@127.0.0.1:5672/%2F",
+    "amqp://guest:Zq9@x@127.0.0.1:5672/%2F",
+    "amqp://127.0.0.1:5672/%2F?password=Zq9x",
+    "amqp://guest:guest@127.0.0.1:1/%2F;amqp://guest:Zq9/x@127.0.0.1:1/%2F",
+]
+
+
+@pytest.mark.parametrize("broker_url", _HOSTILE_BROKER_URLS)
+@pytest.mark.parametrize("as_json", [False, True])
+def test_status_cli_never_prints_a_password(
+    broker_url: str, as_json: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an app whose broker and database URLs hold passwords with unescaped specials
+    # (SQLAlchemy reads the database password as 'Qk7/y?z#v'; PostgreSQL trusts root)
+    module = f"leaky_app_{uuid.uuid4().hex}"
+    (tmp_path / f"{module}.py").write_text(
+        "from taskq import App\n"
+        f"app = App('leaky', broker_url={broker_url!r},\n"
+        "          database_url='postgresql+psycopg://root:Qk7/y?z#v@127.0.0.1:5432/test',\n"
+        "          connect_timeout_s=1)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    # When `taskq status` runs
+    result = CliRunner().invoke(
+        main, ["status", "-A", f"{module}:app", *(["--json"] if as_json else [])]
+    )
+
+    # Then it reports both sides, and no part of either password appears anywhere
+    output = result.output + repr(result.exception or "")
+    assert "guest:***@" in output or "password=***" in output, output
+    assert "root:***@127.0.0.1:5432/test" in output, output
+    for fragment in ("Zq9", "x?y", "y#w", "Qk7", "y?z", "z#v"):
+        assert fragment not in output, output
+
+
+def test_status_of_an_amqps_broker_without_management_says_https(
+    make_app: Callable[..., App],
+) -> None:
+    from dataclasses import replace
+
+    status = collect(make_app())
+    assert status.source == "amqp"  # the shared broker has no management listener here
+
+    text = render(replace(status, broker_url="amqps://guest:***@rabbit:5671/%2F"))
+
+    assert "enable rabbitmq_management with its HTTPS listener on port 15671" in text
+    assert "HTTPS" not in render(status)

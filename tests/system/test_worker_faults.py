@@ -107,3 +107,21 @@ def test_max_tasks_per_child_recycles_processes_without_losing_tasks(
     assert max(pids.count(pid) for pid in set(pids)) <= 5
     wait_until(lambda: len(re.findall(r"\) recycled", worker.log())) >= 5)
     assert broker.depth(app.settings.default_queue) == 0
+
+
+@pytest.mark.parametrize("task_id", ["nul\x00one", "\x00"])
+def test_a_message_whose_id_holds_a_nul_byte_and_kills_its_process_is_dead_lettered(
+    app: App, start_worker, runs, broker, task_id
+):
+    # Given a crashing task whose message id holds a NUL byte (valid UTF-8, valid AMQP):
+    # the supervisor must count its deaths under the id the redelivery is looked up by
+    worker = start_worker("-c", "2")
+    send(app, tasks.crash, runs, task_id=task_id)
+
+    letters = dead_letters(broker, app.settings.default_queue, 1, timeout_s=30)
+
+    [(props, _)] = letters.values()
+    assert props.message_id == task_id
+    assert props.headers["taskq-error-type"] == "ProcessCrashLoop"
+    assert count_runs(runs, "crash") == 3
+    wait_until(lambda: len(worker.children()) == 2)

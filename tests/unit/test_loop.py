@@ -21,7 +21,7 @@ from taskq.message import Envelope, WireMessage, encode
 from taskq.worker import dead_letters
 from taskq.worker.deaths import DeathLedger
 from taskq.worker.loop import WorkerLoop
-from taskq.worker.time_limits import Slot, SoftTimeLimit
+from taskq.worker.time_limits import Slot, SoftTimeLimit, message_key
 
 QUEUE = "work"
 
@@ -206,7 +206,7 @@ def test_a_redelivery_waits_until_the_supervisor_recorded_the_sibling_death(
     ledger.record_death("id-1")
     ledger.record_death("id-1")
     sibling = Slot(multiprocessing.get_context("spawn"))
-    sibling.message_id.value = b"id-1"
+    sibling.hold(message_key("id-1"))
 
     def supervisor() -> None:
         time.sleep(0.2)

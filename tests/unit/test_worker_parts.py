@@ -154,3 +154,14 @@ def test_the_consumer_timeout_warning_counts_the_deliveries_prefetched_ahead() -
     app.configure(prefetch_count=1, consumer_timeout_s=60)
     (alone,) = consumer_timeout_warnings(app, queues)
     assert "--prefetch" not in alone and "consumer_timeout = 175000" in alone
+
+
+@pytest.mark.parametrize(
+    ("signum", "name"),
+    [(9, "SIGKILL"), (15, "SIGTERM"), (34, "SIGRTMIN"), (38, "SIGRTMIN+4"),
+     (63, "SIGRTMIN+29"), (64, "SIGRTMAX"), (99, "99")],
+)
+def test_every_signal_a_child_can_die_of_has_a_name(signum: int, name: str) -> None:
+    from taskq.worker.supervisor import signal_name
+
+    assert signal_name(signum) == name

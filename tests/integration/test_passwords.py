@@ -1,0 +1,30 @@
+"""Passwords given in a database URL's query string stay out of the worker's log lines."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from taskq import App
+from taskq.worker.relay_process import ensure_table
+from tests.conftest import POSTGRES_URL
+
+
+def test_a_missing_table_is_reported_without_the_query_string_password(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Given a PostgreSQL URL with the password as a query parameter (libpq accepts it;
+    # SQLAlchemy's own masking only knows the user-info password)
+    separator = "&" if "?" in POSTGRES_URL else "?"
+    app = App("passwords", database_url=f"{POSTGRES_URL}{separator}password=Zq9secret")
+    try:
+        # When the relay finds its table missing
+        with caplog.at_level(logging.ERROR):
+            assert ensure_table(app, "taskq_no_such_table", "the test") is False
+    finally:
+        app.close()
+
+    # Then the line names the database, password masked
+    assert "password=***" in caplog.text
+    assert "Zq9secret" not in caplog.text
