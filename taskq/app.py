@@ -16,17 +16,9 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from taskq.broker.publisher import Publisher
 from taskq.broker.topology import QueueOptions, Topology, validate_queue_name
-from taskq.delay import (
-    DelayBackend,
-    DelayDeclarer,
-    DelayedMessage,
-    build_backend,
-    choose_backend,
-    delay_ms_from_s,
-    due_item,
-    epoch_ms,
-    eta_ms_of,
-)
+from taskq.delay.backend import DelayBackend, DelayDeclarer, DelayedMessage, due_item
+from taskq.delay.choosing import build_backend, choose_backend
+from taskq.delay.maths import delay_ms_from_s, epoch_ms, eta_ms_of
 from taskq.errors import BrokerConnectionError, ConfigurationError, MessageTooLarge, PublishError
 from taskq.message import Envelope, WireMessage, encode, gc_paused
 from taskq.registry import TaskRegistry

@@ -27,7 +27,8 @@ from sqlalchemy.engine import Connection, Engine
 
 from taskq.broker.publisher import Publisher
 from taskq.db import utcnow
-from taskq.delay import DelayBackend, DelayedMessage, eta_ms_of
+from taskq.delay.backend import DelayBackend, DelayedMessage
+from taskq.delay.maths import eta_ms_of
 from taskq.errors import BrokerError, ConfigurationError, PublishError
 from taskq.message import CONTENT_TYPE, WireMessage
 from taskq.outbox.store import NOTIFY_CHANNEL, OutboxRow, OutboxStore

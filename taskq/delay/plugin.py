@@ -1,0 +1,83 @@
+"""Delays through ``rabbitmq_delayed_message_exchange`` (DESIGN §6).
+
+The ``x-delayed-message`` exchange ``ns.delayed`` with an integer ``x-delay`` header (ms),
+published without ``mandatory`` and without an alternate exchange (the plugin returns every
+message to a mandatory publisher and hands an immediate copy to an alternate exchange). An
+``x-delay`` that is not an integer crashes the plugin and closes the connection, and one above
+``2**32 - 1`` ms is delivered at once: delays are validated (:func:`taskq.delay.maths.x_delay`),
+and longer ones go through the tiers (:mod:`taskq.delay.tiers`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from taskq.broker.delayed import PluginPublisher, PublishItem
+from taskq.broker.topology import (
+    DELAY_PLUGIN_MAX_MS,
+    DELAY_TIERS_MAX_MS,
+    Topology,
+    delayed_exchange_name,
+)
+from taskq.delay.backend import DelayedMessage
+from taskq.delay.maths import X_DELAY, delayed_headers, epoch_ms, with_headers, x_delay
+from taskq.delay.tiers import TierDelay
+
+
+class PluginDelay:
+    """Delays through ``rabbitmq_delayed_message_exchange`` (module docstring).
+
+    Delays up to ``DELAY_PLUGIN_MAX_MS`` go to the plugin's exchange with ``x-delay``;
+    longer ones, and due messages, go through ``tiers``.
+
+    Args:
+        topology: Names.
+        publisher: Non-mandatory confirmed publisher for the plugin's exchange.
+        tiers: For delays the plugin cannot hold (declared on first use only).
+    """
+
+    name = "plugin"
+    max_delay_ms = DELAY_TIERS_MAX_MS
+
+    def __init__(self, topology: Topology, publisher: PluginPublisher, tiers: TierDelay) -> None:
+        self.topology = topology
+        self.publisher = publisher
+        self.tiers = tiers
+
+    def item(self, message: DelayedMessage, *, now_ms: int) -> PublishItem:
+        """The ``(exchange, routing_key, wire)`` for the plugin's exchange."""
+        delay_ms = max(0, message.eta_ms - now_ms)
+        headers = delayed_headers(message.wire, message.eta_ms)
+        headers[X_DELAY] = x_delay(delay_ms)
+        exchange = delayed_exchange_name(self.topology.namespace)
+        return exchange, message.queue, with_headers(message.wire, headers)
+
+    def publish_many(
+        self, messages: Sequence[DelayedMessage], *, now_ms: int | None = None
+    ) -> None:
+        """Publish ``messages``: short delays to the plugin, the rest through the tiers.
+
+        Raises:
+            ConfigurationError: a delay is longer than ``max_delay_ms``.
+            PublishError: not confirmed.
+        """
+        if now_ms is None:
+            # Connecting and declaring first, so that the x-delay is measured from the
+            # moment of publishing.
+            self.publisher.prepare({m.queue for m in messages})
+        now = epoch_ms() if now_ms is None else now_ms
+        plugin: list[PublishItem] = []
+        others: list[DelayedMessage] = []
+        for message in messages:
+            delay_ms = message.eta_ms - now
+            if 0 < delay_ms <= DELAY_PLUGIN_MAX_MS:
+                plugin.append(self.item(message, now_ms=now))
+            else:
+                others.append(message)
+        if others:
+            self.tiers.publish_many(others, now_ms=now)
+        self.publisher.publish_many(plugin)
+
+    def close(self) -> None:
+        """Close the plugin publisher's connection."""
+        self.publisher.close()
