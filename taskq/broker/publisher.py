@@ -61,6 +61,13 @@ PUBLISH_WINDOW = 512
 # window of large messages cannot pile up in pika's output buffer.
 PUBLISH_WINDOW_BYTES = 32 * 1024 * 1024
 
+#: ``PublishError.reason`` values that mean the broker itself could not be reached or did
+#: not answer: nothing of the call is known to be confirmed, whatever the messages were. Any
+#: other reason (``nack``, ``returned``, ``channel_error``, ``topology``...) is a refusal of
+#: particular messages, queues or exchanges while the broker is up.
+OUTAGE_REASONS = frozenset({"unreachable", "login_refused", "connection_lost", "timeout",
+                            "blocked"})
+
 _PERSISTENT = 2
 # A channel error is a wrong command, not an outage: it is reported, never retried.
 _CHANNEL_ERROR_ADVICE = {

@@ -37,8 +37,10 @@ class DelayBackend(Protocol):
     """Publishes messages that the broker holds until they are due.
 
     ``publish_many`` returns once the broker confirmed every message (a message that is
-    already due is published straight to its queue). It raises ``PublishError`` (with
-    ``unconfirmed_ids`` where known) like :meth:`Publisher.publish_many`.
+    already due is published straight to its queue). Otherwise it raises ``PublishError``
+    like :meth:`Publisher.publish_many`, whose ``unconfirmed_ids`` lists *every* message of
+    the call that was not confirmed, sent or not: the outbox relay deletes the rows of all
+    the others. An error without ids (or a ``TopologyError``) confirmed none.
     """
 
     @property

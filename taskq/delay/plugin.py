@@ -10,9 +10,10 @@ and longer ones go through the tiers (:mod:`taskq.delay.tiers`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from taskq.broker.delayed import PluginPublisher, PublishItem
+from taskq.broker.publisher import OUTAGE_REASONS
 from taskq.broker.topology import (
     DELAY_PLUGIN_MAX_MS,
     DELAY_TIERS_MAX_MS,
@@ -22,6 +23,7 @@ from taskq.broker.topology import (
 from taskq.delay.backend import DelayedMessage
 from taskq.delay.maths import X_DELAY, delayed_headers, epoch_ms, with_headers, x_delay
 from taskq.delay.tiers import TierDelay
+from taskq.errors import BrokerError, PublishError, TopologyError
 
 
 class PluginDelay:
@@ -57,14 +59,22 @@ class PluginDelay:
     ) -> None:
         """Publish ``messages``: short delays to the plugin, the rest through the tiers.
 
+        Both parts are always attempted: a refusal of one part never keeps the other from
+        being sent, and the error accounts for every message of the call.
+
         Raises:
-            ConfigurationError: a delay is longer than ``max_delay_ms``.
-            PublishError: not confirmed.
+            ConfigurationError: a delay is longer than ``max_delay_ms`` (nothing published).
+            PublishError: not confirmed; ``unconfirmed_ids`` lists every message of the call
+                that the broker did not confirm (from either part).
         """
+        failures: list[_Failure] = []
         if now_ms is None:
             # Connecting and declaring first, so that the x-delay is measured from the
             # moment of publishing.
-            self.publisher.prepare({m.queue for m in messages})
+            _attempt(lambda: self.publisher.prepare({m.queue for m in messages}),
+                     [m.wire.message_id for m in messages], failures)
+            if failures:
+                raise _combined(failures)
         now = epoch_ms() if now_ms is None else now_ms
         plugin: list[PublishItem] = []
         others: list[DelayedMessage] = []
@@ -75,9 +85,43 @@ class PluginDelay:
             else:
                 others.append(message)
         if others:
-            self.tiers.publish_many(others, now_ms=now)
-        self.publisher.publish_many(plugin)
+            _attempt(lambda: self.tiers.publish_many(others, now_ms=now),
+                     [m.wire.message_id for m in others], failures)
+        if plugin:
+            _attempt(lambda: self.publisher.publish_many(plugin),
+                     [wire.message_id for _, _, wire in plugin], failures)
+        if failures:
+            raise _combined(failures)
 
     def close(self) -> None:
         """Close the plugin publisher's connection."""
         self.publisher.close()
+
+
+_Failure = tuple[BrokerError, list[str | None]]
+
+
+def _attempt(publish: Callable[[], None], ids: list[str | None], failures: list[_Failure]) -> None:
+    """Run one part's ``publish``; on a refusal, note the error and the ids it left unconfirmed.
+
+    An error that names no ids (a ``TopologyError``, a failed connect) confirmed none of them.
+    """
+    try:
+        publish()
+    except (PublishError, TopologyError) as exc:
+        failures.append((exc, list(getattr(exc, "unconfirmed_ids", None) or ids)))
+
+
+def _combined(failures: list[_Failure]) -> PublishError:
+    """One ``PublishError`` for the failed parts; an outage's reason wins over a refusal's."""
+    reasons = [str(getattr(exc, "reason", "topology")) for exc, _ in failures]
+    reason = next((r for r in reasons if r in OUTAGE_REASONS), reasons[0])
+    unconfirmed = [i for _, ids in failures for i in ids]
+    first = failures[0][0]
+    return PublishError(
+        " Also: ".join(exc.message for exc, _ in failures),
+        url=getattr(first, "url", None),
+        queue=getattr(first, "queue", None),
+        reason=reason,
+        unconfirmed_ids=unconfirmed,
+    )

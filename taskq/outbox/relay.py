@@ -216,27 +216,35 @@ class OutboxRelay:
         """
         failed: dict[str, str] = {}
         if items:
-            failed.update(self._confirmed(lambda: self.publisher.publish_many(items)))
+            ids = [str(wire.message_id) for _, _, wire in items]
+            failed.update(self._confirmed(lambda: self.publisher.publish_many(items), ids))
         if delayed and self.delay is not None:
             # The backend measures each delay from the moment it publishes (the real clock,
             # not self.clock: a relay's clock only decides which rows are due).
+            ids = [str(m.wire.message_id) for m in delayed]
             try:
                 backend = self.delay()
-                failed.update(self._confirmed(lambda: backend.publish_many(delayed)))
+                failed.update(self._confirmed(lambda: backend.publish_many(delayed), ids))
             except ConfigurationError as exc:
                 # e.g. delay_backend='plugin' on a broker without it: mark the rows (their
                 # last_error says why) instead of stopping the relay.
-                failed.update(dict.fromkeys((str(m.wire.message_id) for m in delayed), str(exc)))
+                failed.update(dict.fromkeys(ids, str(exc)))
         return failed
 
-    def _confirmed(self, publish: Callable[[], None]) -> dict[str, str]:
+    def _confirmed(self, publish: Callable[[], None], ids: list[str]) -> dict[str, str]:
+        """Run ``publish`` of the messages ``ids``; return {id: reason} of those not confirmed.
+
+        Only a message the broker confirmed may have its row deleted: an error that names no
+        ids leaves every message of the call unconfirmed.
+        """
         try:
             publish()
         except PublishError as exc:
             if getattr(exc, "reason", None) not in ("nack", "returned"):
                 raise  # the broker is unreachable or stalled: keep the whole batch
             reason = f"not confirmed by RabbitMQ ({exc.reason})"  # type: ignore[attr-defined]
-            return {str(i): reason for i in getattr(exc, "unconfirmed_ids", [])}
+            unconfirmed = getattr(exc, "unconfirmed_ids", None) or ids
+            return {str(i): reason for i in unconfirmed}
         return {}
 
     def _wire(self, row: OutboxRow) -> WireMessage:
