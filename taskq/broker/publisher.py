@@ -25,6 +25,8 @@ nack                                           ``PublishError``, no retry: a liv
 returned (mandatory, no route)                 ``PublishError``; cannot happen on the app's
                                                exchange, whose alternate exchange parks it
 channel error (404 no such exchange...)        channel reopened, ``PublishError``, no retry
+a message AMQP cannot encode (a float or       ``PublishError`` (``unencodable``) for that
+tuple header, a name over 255 bytes...)        message, no retry; the others of a batch go on
 queue exists with other arguments              ``TopologyError``
 =============================================  ==============================================
 
@@ -36,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import os
+import struct
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -61,14 +64,27 @@ PUBLISH_WINDOW = 512
 # window of large messages cannot pile up in pika's output buffer.
 PUBLISH_WINDOW_BYTES = 32 * 1024 * 1024
 
-#: ``PublishError.reason`` values that mean the broker itself could not be reached or did
-#: not answer: nothing of the call is known to be confirmed, whatever the messages were. Any
-#: other reason (``nack``, ``returned``, ``channel_error``, ``topology``...) is a refusal of
-#: particular messages, queues or exchanges while the broker is up.
+#: ``PublishError.reason`` values that mean the broker could not be reached or did not
+#: answer: a fault of the broker or the network, whatever the messages were. Any other
+#: reason (``nack``, ``returned``, ``unencodable``, ``channel_error``, ``topology``) is a
+#: refusal of particular messages, queues or exchanges while the broker is up.
 OUTAGE_REASONS = frozenset({"unreachable", "login_refused", "connection_lost", "timeout",
                             "blocked"})
 
 _PERSISTENT = 2
+# What encoding one message can raise: pika's table encoder (a float, tuple or other value AMQP
+# tables cannot hold), struct (an int beyond 64 bits), a short string over 255 bytes or not
+# encodable, a priority over 255, a header name that is not a str. A fault of that message,
+# not of the broker: enqueue refuses such headers, but an outbox row written by an older
+# taskq or by hand can still carry them.
+_ENCODE_ERRORS = (
+    pika.exceptions.UnsupportedAMQPFieldException,
+    struct.error,
+    ValueError,
+    TypeError,
+    AttributeError,
+    IndexError,
+)
 # A channel error is a wrong command, not an outage: it is reported, never retried.
 _CHANNEL_ERROR_ADVICE = {
     0: "this is not an outage, so it was not retried; check the exchange and routing key",
@@ -147,7 +163,12 @@ class Publisher:
                     if (exchange, routing_key) not in link.ready:
                         link.ensure_declared(self._topology, exchange, routing_key)
                     link.ids = ids
-                    link.send(0, exchange, routing_key, wire)
+                    try:
+                        link.send(0, exchange, routing_key, wire)
+                    except _ENCODE_ERRORS as exc:
+                        if link.pending.get(link.tag) == 0:
+                            raise  # it was sent and the write failed: not the message's fault
+                        raise self._unencodable(exc, ids, task, exchange, routing_key) from exc
                     link.wait_settled(link.all_settled, self._timeout_s)
                 except Exception as exc:
                     self._recover_or_raise(exc, attempt, ids, task, exchange, routing_key)
@@ -165,7 +186,9 @@ class Publisher:
 
         Raises:
             PublishError: some messages were not confirmed; ``unconfirmed_ids`` lists their
-                message ids (all others are confirmed), ``reason`` says why.
+                message ids (all others are confirmed), ``reason`` says why. When only
+                particular messages were refused (``nack``, ``returned``, ``unencodable``),
+                ``failures`` maps each of their ids to its own reason.
             TopologyError: a work queue exists with other arguments (nothing was published).
         """
         batch = list(items)
@@ -426,7 +449,15 @@ class Publisher:
         try:
             for index in todo:
                 exchange, routing_key, wire = batch[index]
-                link.send(index, exchange, routing_key, wire)
+                try:
+                    link.send(index, exchange, routing_key, wire)
+                except _ENCODE_ERRORS as exc:
+                    if link.pending.get(link.tag) == index:
+                        raise  # it was sent and the write failed: not the message's fault
+                    # Nothing of it was buffered: refuse this one, send the others.
+                    failed[index] = f"cannot be encoded as AMQP ({type(exc).__name__}: {exc})"
+                    sent += 1
+                    continue
                 sent += 1
                 unconfirmed_bytes += len(wire.body)
                 if unconfirmed_bytes > PUBLISH_WINDOW_BYTES:
@@ -449,15 +480,42 @@ class Publisher:
     def _batch_refused(self, failed: dict[int, str], ids: list[str | None]) -> PublishError:
         reasons = sorted(set(failed.values()))
         unconfirmed = [ids[i] for i in sorted(failed)]
+        if any(r == "nack" for r in reasons):
+            reason = "nack"
+        elif any(r.startswith("returned") for r in reasons):
+            reason = "returned"
+        else:
+            reason = "unencodable"
         return PublishError(
             f"{len(unconfirmed)} message(s) were not confirmed by RabbitMQ at {self._url} "
             f"({'; '.join(reasons)}): {', '.join(map(str, unconfirmed[:20]))}"
             f"{' ...' if len(unconfirmed) > 20 else ''}. The others were confirmed. A nack "
             "means a full queue with x-overflow=reject-publish or a failed queue process; a "
-            "return means no queue is bound for the routing key.",
+            "return means no queue is bound for the routing key; a message that cannot be "
+            "encoded carries a header value AMQP has no type for (e.g. a float).",
             url=self._url,
-            reason="nack" if any(r == "nack" for r in reasons) else "returned",
+            reason=reason,
             unconfirmed_ids=unconfirmed,
+            failures={str(ids[i]): why for i, why in failed.items()},
+        )
+
+    def _unencodable(
+        self,
+        exc: Exception,
+        ids: Sequence[str | None],
+        task: str | None,
+        exchange: str,
+        routing_key: str,
+    ) -> PublishError:
+        return self._error(
+            f"it cannot be encoded as AMQP ({type(exc).__name__}: {exc})",
+            "remove or convert the header AMQP has no type for (float, tuple, a name over "
+            "255 bytes, an int beyond 64 bits); it was not retried",
+            "unencodable",
+            ids,
+            task,
+            exchange,
+            routing_key,
         )
 
 
