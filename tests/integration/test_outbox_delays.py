@@ -176,3 +176,33 @@ def test_rows_of_a_batch_are_deleted_only_when_their_own_message_was_confirmed(
         assert "nack" in row["last_error"]
         assert as_aware(row["next_attempt_at"]) > now - timedelta(minutes=10)
     assert broker.depth(full) == 1
+
+
+def test_a_delayed_row_whose_queue_exists_with_other_arguments_does_not_hold_up_the_others(
+    make_app: Callable[..., App], database_url: str, broker: Any
+) -> None:
+    # Given: near-due rows for the delay tiers, the oldest for a queue declared by someone
+    # else with other arguments (the declare before the tiers publish closes the channel).
+    app = make_shop(make_app, database_url)
+    remind = app.registry.get("remind")
+    other = f"{app.settings.namespace}.misdeclared"
+    broker.declare_queue(other, {"x-max-priority": 3})
+    try:
+        with Session(app.engine) as session, session.begin():
+            bad = remind.apply_async((0,), session=session, queue=other, countdown=30).id
+            good = [remind.apply_async((i,), session=session, countdown=30).id
+                    for i in range(1, 6)]
+        now = datetime.now(timezone.utc)
+        relay = app.relay()
+        relay.clock = lambda: now + timedelta(seconds=1)  # claims the rows: near due
+
+        # When
+        assert relay.run_once() == len(good)
+
+        # Then: the good rows wait in the tiers; the bad one stays, saying why.
+        assert tier_depth(app, broker) == len(good)
+        [row] = rows(app)
+        assert row["id"] == bad and row["attempts"] == 1
+        assert other in row["last_error"] and "other arguments" in row["last_error"]
+    finally:
+        broker.delete_queue(other)
