@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 import weakref
 from collections.abc import Iterable, Sequence
@@ -48,6 +47,7 @@ import pika.exceptions
 import pika.spec
 
 from taskq.broker._confirm_channel import ConfirmChannel, ConfirmTimeout
+from taskq.broker._publish_errors import CHANNEL_ERROR_ADVICE, ENCODE_ERRORS, PublishErrors
 from taskq.broker.connection import open_connection
 from taskq.broker.topology import Topology
 from taskq.errors import BrokerConnectionError, PublishError, TopologyError
@@ -72,30 +72,6 @@ OUTAGE_REASONS = frozenset({"unreachable", "login_refused", "connection_lost", "
                             "blocked"})
 
 _PERSISTENT = 2
-# What encoding one message can raise: pika's table encoder (a float, tuple or other value AMQP
-# tables cannot hold), struct (an int beyond 64 bits), a short string over 255 bytes or not
-# encodable, a priority over 255, a header name that is not a str. A fault of that message,
-# not of the broker: enqueue refuses such headers, but an outbox row written by an older
-# taskq or by hand can still carry them.
-_ENCODE_ERRORS = (
-    pika.exceptions.UnsupportedAMQPFieldException,
-    struct.error,
-    ValueError,
-    TypeError,
-    AttributeError,
-    IndexError,
-)
-# A channel error is a wrong command, not an outage: it is reported, never retried.
-_CHANNEL_ERROR_ADVICE = {
-    0: "this is not an outage, so it was not retried; check the exchange and routing key",
-    403: "the broker user lacks permission on this vhost, exchange or queue; grant it "
-    "(rabbitmqctl set_permissions)",
-    404: "the exchange does not exist; publish to the app's exchange (declared on connect) "
-    "or declare this one first",
-    406: "the broker refused the message itself (larger than its max_message_size?); "
-    "lower max_message_size_bytes or raise the broker's limit",
-}
-
 _LIVE_PUBLISHERS: weakref.WeakSet[Publisher] = weakref.WeakSet()
 _fork_hook_registered = False
 
@@ -128,6 +104,7 @@ class Publisher:
         self._client_name = client_name
         self._url = redact_url(settings.broker_url)
         self._timeout_s = settings.publish_confirm_timeout_s
+        self._errors = PublishErrors(self._url, topology.exchange, self._timeout_s)
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._link: ConfirmChannel | None = None
@@ -165,10 +142,12 @@ class Publisher:
                     link.ids = ids
                     try:
                         link.send(0, exchange, routing_key, wire)
-                    except _ENCODE_ERRORS as exc:
+                    except ENCODE_ERRORS as exc:
                         if link.pending.get(link.tag) == 0:
                             raise  # it was sent and the write failed: not the message's fault
-                        raise self._unencodable(exc, ids, task, exchange, routing_key) from exc
+                        raise self._errors.unencodable(
+                            exc, ids, task, exchange, routing_key
+                        ) from exc
                     link.wait_settled(link.all_settled, self._timeout_s)
                 except Exception as exc:
                     self._recover_or_raise(exc, attempt, ids, task, exchange, routing_key)
@@ -215,7 +194,7 @@ class Publisher:
                     if not todo:
                         break
             if failed:
-                raise self._batch_refused(failed, ids)
+                raise self._errors.batch_refused(failed, ids)
 
     def close(self) -> None:
         """Close this process's connection (safe to call more than once)."""
@@ -242,7 +221,7 @@ class Publisher:
             connection = open_connection(self._settings, client_name=self._client_name)
         except BrokerConnectionError as exc:
             login = isinstance(exc.__cause__, pika.exceptions.ProbableAuthenticationError)
-            raise self._error(
+            raise self._errors.error(
                 exc.message,
                 "fix the credentials, then enqueue again"
                 if login
@@ -279,9 +258,9 @@ class Publisher:
             link is not None and link.connection.is_open
         ):
             self._reopen_channel(link)
-            raise self._error(
+            raise self._errors.error(
                 f"RabbitMQ at {self._url} closed the channel ({exc.reply_code} {exc.reply_text})",
-                _CHANNEL_ERROR_ADVICE.get(exc.reply_code, _CHANNEL_ERROR_ADVICE[0]),
+                CHANNEL_ERROR_ADVICE.get(exc.reply_code, CHANNEL_ERROR_ADVICE[0]),
                 "channel_error",
                 ids,
                 task,
@@ -305,45 +284,7 @@ class Publisher:
                 self._url, type(exc).__name__, exc,
             )
             return
-        raise self._failure(exc, ids, task, exchange, routing_key) from exc
-
-    def _failure(
-        self,
-        exc: Exception,
-        ids: Sequence[str | None],
-        task: str | None,
-        exchange: str,
-        routing_key: str,
-    ) -> PublishError:
-        if isinstance(exc, ConfirmTimeout) and exc.blocked:
-            what, reason = (
-                f"RabbitMQ at {self._url} has blocked publishers (a memory or disk alarm) "
-                f"and did not confirm within {self._timeout_s:g}s",
-                "blocked",
-            )
-            advice = "free memory or disk on the broker (rabbitmqctl status lists alarms)"
-        elif isinstance(exc, ConfirmTimeout):
-            what, reason = (
-                f"RabbitMQ at {self._url} did not confirm within {self._timeout_s:g}s "
-                "(publish_confirm_timeout_s), also after a reconnect",
-                "timeout",
-            )
-            advice = (
-                "the broker may be overloaded or the network stalled; it may still have "
-                "taken the message, so enqueueing again can run the task twice unless it is "
-                "idempotent"
-            )
-        else:
-            what, reason = (
-                f"the connection to RabbitMQ at {self._url} was lost and publishing again "
-                f"on a new connection failed ({type(exc).__name__}: {exc or 'no detail'})",
-                "connection_lost",
-            )
-            advice = (
-                "check the broker and the network, then enqueue again; or enqueue through "
-                "the outbox (apply_async(session=...)) so the relay retries for you"
-            )
-        return self._error(what, advice, reason, ids, task, exchange, routing_key)
+        raise self._errors.failure(exc, ids, task, exchange, routing_key) from exc
 
     def _refused(
         self,
@@ -355,55 +296,7 @@ class Publisher:
     ) -> PublishError:
         returned, link.returned = link.returned, {}
         link.nacked = []
-        if returned:
-            code, text = next(iter(returned.values()))
-            what = f"RabbitMQ at {self._url} returned it as unroutable ({code} {text})"
-            advice = (
-                f"no queue is bound to routing key {routing_key!r} on exchange {exchange!r} "
-                "and the exchange has no alternate exchange; declare and bind the queue"
-            )
-            reason = "returned"
-        else:
-            what = f"RabbitMQ at {self._url} refused it (nack)"
-            advice = (
-                "the queue is full and has x-overflow=reject-publish, or a queue process "
-                "failed; let consumers catch up (or raise max_length), then enqueue again"
-            )
-            reason = "nack"
-        return self._error(what, advice, reason, ids, task, exchange, routing_key)
-
-    def _error(
-        self,
-        what: str,
-        advice: str,
-        reason: str,
-        ids: Sequence[str | None],
-        task: str | None,
-        exchange: str,
-        routing_key: str,
-    ) -> PublishError:
-        if exchange == self._topology.exchange or not exchange:
-            target = f"queue {routing_key!r}"
-        else:
-            target = f"exchange {exchange!r} with routing key {routing_key!r}"
-        if len(ids) == 1:
-            subject = f"task {task!r} (id {ids[0]})" if task else f"message {ids[0]}"
-        else:
-            shown = ", ".join(map(str, ids[:10])) + (" ..." if len(ids) > 10 else "")
-            subject = f"{len(ids)} messages ({shown}; the first for {target})"
-        stop = "" if what.endswith((".", "?")) else "."
-        return PublishError(
-            f"{subject} was not published to {target}: {what}{stop} What to do: {advice}."
-            if len(ids) == 1
-            else f"{subject} were not confirmed: {what}{stop} What to do: {advice}.",
-            task=task,
-            task_id=ids[0] if len(ids) == 1 else None,
-            queue=routing_key,
-            exchange=exchange,
-            url=self._url,
-            reason=reason,
-            unconfirmed_ids=list(ids),
-        )
+        return self._errors.refused(returned, ids, task, exchange, routing_key)
 
     def _reopen_channel(self, link: ConfirmChannel) -> None:
         try:
@@ -451,7 +344,7 @@ class Publisher:
                 exchange, routing_key, wire = batch[index]
                 try:
                     link.send(index, exchange, routing_key, wire)
-                except _ENCODE_ERRORS as exc:
+                except ENCODE_ERRORS as exc:
                     if link.pending.get(link.tag) == index:
                         raise  # it was sent and the write failed: not the message's fault
                     # Nothing of it was buffered: refuse this one, send the others.
@@ -476,48 +369,6 @@ class Publisher:
                 failed[index] = f"returned {code} {text}"
             link.nacked.clear()
             link.returned.clear()
-
-    def _batch_refused(self, failed: dict[int, str], ids: list[str | None]) -> PublishError:
-        reasons = sorted(set(failed.values()))
-        unconfirmed = [ids[i] for i in sorted(failed)]
-        if any(r == "nack" for r in reasons):
-            reason = "nack"
-        elif any(r.startswith("returned") for r in reasons):
-            reason = "returned"
-        else:
-            reason = "unencodable"
-        return PublishError(
-            f"{len(unconfirmed)} message(s) were not confirmed by RabbitMQ at {self._url} "
-            f"({'; '.join(reasons)}): {', '.join(map(str, unconfirmed[:20]))}"
-            f"{' ...' if len(unconfirmed) > 20 else ''}. The others were confirmed. A nack "
-            "means a full queue with x-overflow=reject-publish or a failed queue process; a "
-            "return means no queue is bound for the routing key; a message that cannot be "
-            "encoded carries a header value AMQP has no type for (e.g. a float).",
-            url=self._url,
-            reason=reason,
-            unconfirmed_ids=unconfirmed,
-            failures={str(ids[i]): why for i, why in failed.items()},
-        )
-
-    def _unencodable(
-        self,
-        exc: Exception,
-        ids: Sequence[str | None],
-        task: str | None,
-        exchange: str,
-        routing_key: str,
-    ) -> PublishError:
-        return self._error(
-            f"it cannot be encoded as AMQP ({type(exc).__name__}: {exc})",
-            "remove or convert the header AMQP has no type for (float, tuple, a name over "
-            "255 bytes, an int beyond 64 bits); it was not retried",
-            "unencodable",
-            ids,
-            task,
-            exchange,
-            routing_key,
-        )
-
 
 def _properties(wire: WireMessage) -> pika.BasicProperties:
     """AMQP properties of ``wire`` (DESIGN §4): always persistent."""
