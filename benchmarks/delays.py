@@ -28,7 +28,8 @@ import pika
 
 from taskq import App
 from taskq.broker import topology as topo
-from taskq.delay import DelayedMessage, epoch_ms
+from taskq.delay.backend import DelayedMessage
+from taskq.delay.maths import epoch_ms
 from taskq.message import CONTENT_TYPE, ETA, WireMessage
 
 DEFAULT_URL = "amqp://guest:guest@127.0.0.1:5672/%2F"

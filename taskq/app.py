@@ -16,7 +16,8 @@ from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
 from taskq.broker.publisher import Publisher
 from taskq.broker.topology import QueueOptions, Topology, validate_queue_name
-from taskq.delay import DelayBackend, DelayedMessage, delay_ms_from_s, epoch_ms, eta_ms_of
+from taskq.delay.backend import DelayBackend, DelayedMessage
+from taskq.delay.maths import delay_ms_from_s, epoch_ms, eta_ms_of
 from taskq.errors import ConfigurationError, MessageTooLarge
 from taskq.message import Envelope, WireMessage, encode, gc_paused
 from taskq.registry import TaskRegistry

@@ -17,15 +17,9 @@ from collections.abc import Callable, Sequence
 
 from taskq.broker.publisher import Publisher
 from taskq.broker.topology import Topology
-from taskq.delay import (
-    DelayBackend,
-    DelayDeclarer,
-    DelayedMessage,
-    build_backend,
-    choose_backend,
-    due_item,
-    epoch_ms,
-)
+from taskq.delay.backend import DelayBackend, DelayDeclarer, DelayedMessage, due_item
+from taskq.delay.choosing import build_backend, choose_backend
+from taskq.delay.maths import epoch_ms
 from taskq.errors import BrokerConnectionError, PublishError
 from taskq.settings import Settings
 

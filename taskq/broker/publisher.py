@@ -25,6 +25,8 @@ nack                                           ``PublishError``, no retry: a liv
 returned (mandatory, no route)                 ``PublishError``; cannot happen on the app's
                                                exchange, whose alternate exchange parks it
 channel error (404 no such exchange...)        channel reopened, ``PublishError``, no retry
+a message AMQP cannot encode (a float or       ``PublishError`` (``unencodable``) for that
+tuple header, a name over 255 bytes...)        message, no retry; the others of a batch go on
 queue exists with other arguments              ``TopologyError``
 =============================================  ==============================================
 
@@ -45,6 +47,7 @@ import pika.exceptions
 import pika.spec
 
 from taskq.broker._confirm_channel import ConfirmChannel, ConfirmTimeout
+from taskq.broker._publish_errors import CHANNEL_ERROR_ADVICE, ENCODE_ERRORS, PublishErrors
 from taskq.broker.connection import open_connection
 from taskq.broker.topology import Topology
 from taskq.errors import BrokerConnectionError, PublishError, TopologyError
@@ -61,18 +64,14 @@ PUBLISH_WINDOW = 512
 # window of large messages cannot pile up in pika's output buffer.
 PUBLISH_WINDOW_BYTES = 32 * 1024 * 1024
 
-_PERSISTENT = 2
-# A channel error is a wrong command, not an outage: it is reported, never retried.
-_CHANNEL_ERROR_ADVICE = {
-    0: "this is not an outage, so it was not retried; check the exchange and routing key",
-    403: "the broker user lacks permission on this vhost, exchange or queue; grant it "
-    "(rabbitmqctl set_permissions)",
-    404: "the exchange does not exist; publish to the app's exchange (declared on connect) "
-    "or declare this one first",
-    406: "the broker refused the message itself (larger than its max_message_size?); "
-    "lower max_message_size_bytes or raise the broker's limit",
-}
+#: ``PublishError.reason`` values that mean the broker could not be reached or did not
+#: answer: a fault of the broker or the network, whatever the messages were. Any other
+#: reason (``nack``, ``returned``, ``unencodable``, ``channel_error``, ``topology``) is a
+#: refusal of particular messages, queues or exchanges while the broker is up.
+OUTAGE_REASONS = frozenset({"unreachable", "login_refused", "connection_lost", "timeout",
+                            "blocked"})
 
+_PERSISTENT = 2
 _LIVE_PUBLISHERS: weakref.WeakSet[Publisher] = weakref.WeakSet()
 _fork_hook_registered = False
 
@@ -105,6 +104,7 @@ class Publisher:
         self._client_name = client_name
         self._url = redact_url(settings.broker_url)
         self._timeout_s = settings.publish_confirm_timeout_s
+        self._errors = PublishErrors(self._url, topology.exchange, self._timeout_s)
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self._link: ConfirmChannel | None = None
@@ -140,7 +140,14 @@ class Publisher:
                     if (exchange, routing_key) not in link.ready:
                         link.ensure_declared(self._topology, exchange, routing_key)
                     link.ids = ids
-                    link.send(0, exchange, routing_key, wire)
+                    try:
+                        link.send(0, exchange, routing_key, wire)
+                    except ENCODE_ERRORS as exc:
+                        if link.pending.get(link.tag) == 0:
+                            raise  # it was sent and the write failed: not the message's fault
+                        raise self._errors.unencodable(
+                            exc, ids, task, exchange, routing_key
+                        ) from exc
                     link.wait_settled(link.all_settled, self._timeout_s)
                 except Exception as exc:
                     self._recover_or_raise(exc, attempt, ids, task, exchange, routing_key)
@@ -158,7 +165,9 @@ class Publisher:
 
         Raises:
             PublishError: some messages were not confirmed; ``unconfirmed_ids`` lists their
-                message ids (all others are confirmed), ``reason`` says why.
+                message ids (all others are confirmed), ``reason`` says why. When only
+                particular messages were refused (``nack``, ``returned``, ``unencodable``),
+                ``failures`` maps each of their ids to its own reason.
             TopologyError: a work queue exists with other arguments (nothing was published).
         """
         batch = list(items)
@@ -185,7 +194,7 @@ class Publisher:
                     if not todo:
                         break
             if failed:
-                raise self._batch_refused(failed, ids)
+                raise self._errors.batch_refused(failed, ids)
 
     def close(self) -> None:
         """Close this process's connection (safe to call more than once)."""
@@ -212,7 +221,7 @@ class Publisher:
             connection = open_connection(self._settings, client_name=self._client_name)
         except BrokerConnectionError as exc:
             login = isinstance(exc.__cause__, pika.exceptions.ProbableAuthenticationError)
-            raise self._error(
+            raise self._errors.error(
                 exc.message,
                 "fix the credentials, then enqueue again"
                 if login
@@ -249,9 +258,9 @@ class Publisher:
             link is not None and link.connection.is_open
         ):
             self._reopen_channel(link)
-            raise self._error(
+            raise self._errors.error(
                 f"RabbitMQ at {self._url} closed the channel ({exc.reply_code} {exc.reply_text})",
-                _CHANNEL_ERROR_ADVICE.get(exc.reply_code, _CHANNEL_ERROR_ADVICE[0]),
+                CHANNEL_ERROR_ADVICE.get(exc.reply_code, CHANNEL_ERROR_ADVICE[0]),
                 "channel_error",
                 ids,
                 task,
@@ -275,45 +284,7 @@ class Publisher:
                 self._url, type(exc).__name__, exc,
             )
             return
-        raise self._failure(exc, ids, task, exchange, routing_key) from exc
-
-    def _failure(
-        self,
-        exc: Exception,
-        ids: Sequence[str | None],
-        task: str | None,
-        exchange: str,
-        routing_key: str,
-    ) -> PublishError:
-        if isinstance(exc, ConfirmTimeout) and exc.blocked:
-            what, reason = (
-                f"RabbitMQ at {self._url} has blocked publishers (a memory or disk alarm) "
-                f"and did not confirm within {self._timeout_s:g}s",
-                "blocked",
-            )
-            advice = "free memory or disk on the broker (rabbitmqctl status lists alarms)"
-        elif isinstance(exc, ConfirmTimeout):
-            what, reason = (
-                f"RabbitMQ at {self._url} did not confirm within {self._timeout_s:g}s "
-                "(publish_confirm_timeout_s), also after a reconnect",
-                "timeout",
-            )
-            advice = (
-                "the broker may be overloaded or the network stalled; it may still have "
-                "taken the message, so enqueueing again can run the task twice unless it is "
-                "idempotent"
-            )
-        else:
-            what, reason = (
-                f"the connection to RabbitMQ at {self._url} was lost and publishing again "
-                f"on a new connection failed ({type(exc).__name__}: {exc or 'no detail'})",
-                "connection_lost",
-            )
-            advice = (
-                "check the broker and the network, then enqueue again; or enqueue through "
-                "the outbox (apply_async(session=...)) so the relay retries for you"
-            )
-        return self._error(what, advice, reason, ids, task, exchange, routing_key)
+        raise self._errors.failure(exc, ids, task, exchange, routing_key) from exc
 
     def _refused(
         self,
@@ -325,55 +296,7 @@ class Publisher:
     ) -> PublishError:
         returned, link.returned = link.returned, {}
         link.nacked = []
-        if returned:
-            code, text = next(iter(returned.values()))
-            what = f"RabbitMQ at {self._url} returned it as unroutable ({code} {text})"
-            advice = (
-                f"no queue is bound to routing key {routing_key!r} on exchange {exchange!r} "
-                "and the exchange has no alternate exchange; declare and bind the queue"
-            )
-            reason = "returned"
-        else:
-            what = f"RabbitMQ at {self._url} refused it (nack)"
-            advice = (
-                "the queue is full and has x-overflow=reject-publish, or a queue process "
-                "failed; let consumers catch up (or raise max_length), then enqueue again"
-            )
-            reason = "nack"
-        return self._error(what, advice, reason, ids, task, exchange, routing_key)
-
-    def _error(
-        self,
-        what: str,
-        advice: str,
-        reason: str,
-        ids: Sequence[str | None],
-        task: str | None,
-        exchange: str,
-        routing_key: str,
-    ) -> PublishError:
-        if exchange == self._topology.exchange or not exchange:
-            target = f"queue {routing_key!r}"
-        else:
-            target = f"exchange {exchange!r} with routing key {routing_key!r}"
-        if len(ids) == 1:
-            subject = f"task {task!r} (id {ids[0]})" if task else f"message {ids[0]}"
-        else:
-            shown = ", ".join(map(str, ids[:10])) + (" ..." if len(ids) > 10 else "")
-            subject = f"{len(ids)} messages ({shown}; the first for {target})"
-        stop = "" if what.endswith((".", "?")) else "."
-        return PublishError(
-            f"{subject} was not published to {target}: {what}{stop} What to do: {advice}."
-            if len(ids) == 1
-            else f"{subject} were not confirmed: {what}{stop} What to do: {advice}.",
-            task=task,
-            task_id=ids[0] if len(ids) == 1 else None,
-            queue=routing_key,
-            exchange=exchange,
-            url=self._url,
-            reason=reason,
-            unconfirmed_ids=list(ids),
-        )
+        return self._errors.refused(returned, ids, task, exchange, routing_key)
 
     def _reopen_channel(self, link: ConfirmChannel) -> None:
         try:
@@ -419,7 +342,15 @@ class Publisher:
         try:
             for index in todo:
                 exchange, routing_key, wire = batch[index]
-                link.send(index, exchange, routing_key, wire)
+                try:
+                    link.send(index, exchange, routing_key, wire)
+                except ENCODE_ERRORS as exc:
+                    if link.pending.get(link.tag) == index:
+                        raise  # it was sent and the write failed: not the message's fault
+                    # Nothing of it was buffered: refuse this one, send the others.
+                    failed[index] = f"cannot be encoded as AMQP ({type(exc).__name__}: {exc})"
+                    sent += 1
+                    continue
                 sent += 1
                 unconfirmed_bytes += len(wire.body)
                 if unconfirmed_bytes > PUBLISH_WINDOW_BYTES:
@@ -438,21 +369,6 @@ class Publisher:
                 failed[index] = f"returned {code} {text}"
             link.nacked.clear()
             link.returned.clear()
-
-    def _batch_refused(self, failed: dict[int, str], ids: list[str | None]) -> PublishError:
-        reasons = sorted(set(failed.values()))
-        unconfirmed = [ids[i] for i in sorted(failed)]
-        return PublishError(
-            f"{len(unconfirmed)} message(s) were not confirmed by RabbitMQ at {self._url} "
-            f"({'; '.join(reasons)}): {', '.join(map(str, unconfirmed[:20]))}"
-            f"{' ...' if len(unconfirmed) > 20 else ''}. The others were confirmed. A nack "
-            "means a full queue with x-overflow=reject-publish or a failed queue process; a "
-            "return means no queue is bound for the routing key.",
-            url=self._url,
-            reason="nack" if any(r == "nack" for r in reasons) else "returned",
-            unconfirmed_ids=unconfirmed,
-        )
-
 
 def _properties(wire: WireMessage) -> pika.BasicProperties:
     """AMQP properties of ``wire`` (DESIGN §4): always persistent."""

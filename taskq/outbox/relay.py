@@ -20,21 +20,28 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Protocol, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from taskq.broker.publisher import Publisher
+from taskq.broker.publisher import OUTAGE_REASONS, Publisher
 from taskq.db import utcnow
-from taskq.delay import DelayBackend, DelayedMessage, eta_ms_of
-from taskq.errors import BrokerError, ConfigurationError, PublishError
+from taskq.delay.backend import DelayBackend, DelayedMessage
+from taskq.delay.maths import eta_ms_of
+from taskq.errors import BrokerError, ConfigurationError, PublishError, TopologyError
 from taskq.message import CONTENT_TYPE, WireMessage
 from taskq.outbox.store import NOTIFY_CHANNEL, OutboxRow, OutboxStore
 
 logger = logging.getLogger(__name__)
 
 MIN_PAUSE_S = 0.02
+# Refusals whose unconfirmed_ids are exactly the refused messages: no need to look further.
+_REFUSED_PER_MESSAGE = ("nack", "returned", "unencodable")
+
+_T = TypeVar("_T")
+# A row to publish: its message id, its queue, and what the publish call takes for it.
+_Entry = tuple[str, str, _T]
 
 
 class Waker(Protocol):
@@ -210,33 +217,84 @@ class OutboxRelay:
         """Publish due rows and delayed rows; return {message id: reason} of refused rows.
 
         A lost connection raises (the whole batch stays in the outbox; rows confirmed before
-        it are published again: duplicates, never losses); a per-message nack only marks
-        that row.
+        it are published again: duplicates, never losses); a refusal of particular rows
+        marks only those rows (:meth:`_publish_rows`).
         """
         failed: dict[str, str] = {}
         if items:
-            failed.update(self._confirmed(lambda: self.publisher.publish_many(items)))
+            entries = [(str(wire.message_id), key, (exchange, key, wire))
+                       for exchange, key, wire in items]
+            failed.update(self._publish_rows(self.publisher.publish_many, entries))
         if delayed and self.delay is not None:
             # The backend measures each delay from the moment it publishes (the real clock,
             # not self.clock: a relay's clock only decides which rows are due).
             try:
                 backend = self.delay()
-                failed.update(self._confirmed(lambda: backend.publish_many(delayed)))
+                entries_d = [(str(m.wire.message_id), m.queue, m) for m in delayed]
+                failed.update(self._publish_rows(backend.publish_many, entries_d))
             except ConfigurationError as exc:
                 # e.g. delay_backend='plugin' on a broker without it: mark the rows (their
                 # last_error says why) instead of stopping the relay.
-                failed.update(dict.fromkeys((str(m.wire.message_id) for m in delayed), str(exc)))
+                failed.update(dict.fromkeys((str(m.wire.message_id) for m in delayed),
+                                            str(exc)))
         return failed
 
-    def _confirmed(self, publish: Callable[[], None]) -> dict[str, str]:
+    def _publish_rows(
+        self, publish: Callable[[list[_T]], None], entries: list[_Entry[_T]]
+    ) -> dict[str, str]:
+        """Publish ``entries`` (message id, queue, what ``publish`` takes) in one call.
+
+        Returns {message id: reason} of the rows not confirmed: only a message the broker
+        confirmed may have its row deleted, so an error that names no ids counts for all.
+
+        Raises:
+            PublishError: the broker is unreachable or stalled (``OUTAGE_REASONS``).
+        """
+        if not entries:
+            return {}
         try:
-            publish()
+            publish([entry for _, _, entry in entries])
+            return {}
         except PublishError as exc:
-            if getattr(exc, "reason", None) not in ("nack", "returned"):
-                raise  # the broker is unreachable or stalled: keep the whole batch
-            reason = f"not confirmed by RabbitMQ ({exc.reason})"  # type: ignore[attr-defined]
-            return {str(i): reason for i in getattr(exc, "unconfirmed_ids", [])}
-        return {}
+            reason = getattr(exc, "reason", None)
+            if reason in OUTAGE_REASONS:
+                raise  # keep the whole batch; the relay backs off
+            named = {str(i) for i in getattr(exc, "unconfirmed_ids", None) or ()}
+            unconfirmed = [e for e in entries if e[0] in named] if named else entries
+            if reason in _REFUSED_PER_MESSAGE:
+                own = getattr(exc, "failures", None) or {}
+                why = f"not confirmed by RabbitMQ ({reason})"
+                return {e[0]: own.get(e[0], why) for e in unconfirmed}
+            error: BrokerError = exc
+        except TopologyError as exc:
+            unconfirmed, error = entries, exc
+        if len(entries) == 1:
+            return {entries[0][0]: error.message}
+        logger.warning(
+            "RabbitMQ refused a batch of %d outbox rows as a whole (%s); publishing it in "
+            "parts to find the row(s) at fault", len(entries), error.message,
+        )
+        return self._isolate(publish, unconfirmed, error)
+
+    def _isolate(
+        self, publish: Callable[[list[_T]], None], entries: list[_Entry[_T]], error: BrokerError
+    ) -> dict[str, str]:
+        """Find the rows a refusal of the whole call belongs to; publish the others.
+
+        A queue that exists with other arguments names itself: its rows fail together. A
+        channel the broker closed (an oversized message, a ``CC`` header that is not an
+        array, a deleted exchange) names no message: the call is split in halves until each
+        failing row stands alone, a few publishes for one bad row among many.
+        """
+        queue = getattr(error, "queue", None)
+        if isinstance(error, TopologyError) or getattr(error, "reason", None) == "topology":
+            if queue is not None and any(e[1] == queue for e in entries):
+                failed = {e[0]: error.message for e in entries if e[1] == queue}
+                rest = [e for e in entries if e[1] != queue]
+                return {**failed, **self._publish_rows(publish, rest)}
+        half = len(entries) // 2
+        return {**self._publish_rows(publish, entries[:half]),
+                **self._publish_rows(publish, entries[half:])}
 
     def _wire(self, row: OutboxRow) -> WireMessage:
         return WireMessage(

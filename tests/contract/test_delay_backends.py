@@ -17,7 +17,8 @@ import pytest
 from taskq import App, PublishError
 from taskq.broker import topology as topo
 from taskq.broker.delayed import declare_now, probe_delayed_message_plugin
-from taskq.delay import DelayedMessage, epoch_ms
+from taskq.delay.backend import DelayedMessage
+from taskq.delay.maths import epoch_ms
 from taskq.message import CONTENT_TYPE, ETA, WireMessage
 from taskq.settings import Settings
 from tests.conftest import BROKER_URL

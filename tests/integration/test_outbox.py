@@ -12,11 +12,13 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import msgpack
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from taskq import App, SerializationError
+from taskq.db import as_aware
 from taskq.schema import outbox_table
 from tests.support.waiting import wait_until
 
@@ -170,6 +172,76 @@ def test_a_row_that_cannot_be_published_is_marked_and_does_not_block(
     assert row["attempts"] == 1
     assert row["last_error"]
     assert broker.depth(ship(shop).queue) == 1
+
+
+def spoil_headers(app: App, row_id: str, **extra: Any) -> None:
+    """Give a stored row headers AMQP cannot carry (as a row written by an older taskq)."""
+    with app.engine.begin() as conn:
+        packed = conn.execute(
+            sa.select(outbox_table.c.headers).where(outbox_table.c.id == row_id)
+        ).scalar_one()
+        headers = {**msgpack.unpackb(packed), **extra}
+        conn.execute(outbox_table.update().where(outbox_table.c.id == row_id)
+                     .values(headers=msgpack.packb(headers)))
+
+
+BAD_ROWS = {
+    # RabbitMQ closes the channel (406) when declaring the row's queue
+    "queue_with_other_arguments": "misdeclared",
+    # pika cannot encode the row's message (a float header, from an older taskq)
+    "header_amqp_cannot_carry": "x-score",
+    # RabbitMQ closes the channel (406 invalid message) on a CC header that is not an array
+    # (sender-selected distribution); the publisher cannot tell which message it was
+    "header_the_broker_refuses": "CC",
+}
+
+
+@pytest.mark.parametrize("bad", sorted(BAD_ROWS))
+def test_one_row_refused_at_the_channel_level_does_not_stall_the_others(
+    shop: App, broker: Any, bad: str
+) -> None:
+    # Given: the oldest row fails on a live broker, then 450 good rows: three batches.
+    task = ship(shop)
+    other = f"{shop.settings.namespace}.misdeclared"
+    broker.declare_queue(other, {"x-max-priority": 3})
+    try:
+        with Session(shop.engine) as session, session.begin():
+            if bad == "queue_with_other_arguments":
+                bad_id = task.apply_async((0,), session=session, queue=other).id
+            elif bad == "header_the_broker_refuses":
+                bad_id = task.apply_async((0,), session=session, headers={"CC": "audit"}).id
+            else:
+                bad_id = task.delay_on(session, 0).id
+            good = {task.delay_on(session, i).id for i in range(1, 451)}
+        if bad == "header_amqp_cannot_carry":
+            spoil_headers(shop, bad_id, **{"x-score": 1.5})
+        with shop.engine.connect() as conn:
+            due_before = conn.execute(sa.select(outbox_table.c.next_attempt_at)
+                                      .where(outbox_table.c.id == bad_id)).scalar_one()
+        relay = shop.relay()
+        stop = threading.Event()
+        runner = threading.Thread(target=relay.run, args=(stop.is_set,), daemon=True)
+
+        # When
+        runner.start()
+        try:
+            wait_until(lambda: outbox_rows(shop) == 1, timeout_s=30,
+                       message="the good rows did not flow past the bad one")
+        finally:
+            stop.set()
+            runner.join(timeout=30)
+
+        # Then: every good row was published and deleted; the bad one waits, marked.
+        published = [props.message_id for _, props, _ in broker.get_all(task.queue)]
+        assert sorted(published) == sorted(good)
+        with shop.engine.connect() as conn:
+            row = conn.execute(sa.select(outbox_table)).mappings().one()
+        assert row["id"] == bad_id
+        assert row["attempts"] >= 1
+        assert BAD_ROWS[bad] in row["last_error"]
+        assert as_aware(row["next_attempt_at"]) > as_aware(due_before)
+    finally:
+        broker.delete_queue(other)
 
 
 PRODUCER = textwrap.dedent(

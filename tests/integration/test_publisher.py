@@ -161,24 +161,43 @@ def test_publish_many_lands_every_message(make_publisher, names, admin):
     assert [p.message_id for _, p, _ in got] == [m.message_id for m in messages]
 
 
-def test_a_batch_that_fails_to_frame_leaves_nothing_for_the_next_call(
+def test_a_message_that_cannot_be_framed_is_refused_alone_and_leaves_nothing_behind(
     make_publisher, names, admin
 ):
     # A message whose frames cannot be built (encode() refuses such headers; this one is
-    # built by hand) fails the batch after earlier messages were buffered, not yet written.
+    # built by hand, as an old outbox row could be) is refused by itself: the others of the
+    # batch are published, and nothing of it goes out with the next call.
     publisher = make_publisher()
     queue = names.queue("unframeable")
     bad = dataclasses.replace(wire(), headers={"h" * 300: 1})
     batch = [wire() for _ in range(5)] + [bad] + [wire() for _ in range(4)]
 
-    with pytest.raises(ValueError, match="longer than 255 bytes"):
+    with pytest.raises(PublishError, match="longer than 255 bytes") as caught:
         publisher.publish_many((names.ns, queue, message) for message in batch)
+    assert caught.value.reason == "unencodable"
+    assert caught.value.unconfirmed_ids == [bad.message_id]
     later = [wire(), wire()]
     publisher.publish_many((names.ns, queue, message) for message in later)
 
     assert [p.message_id for _, p, _ in admin.get_all(queue)] == [
-        m.message_id for m in later
+        m.message_id for m in [*batch[:5], *batch[6:], *later]
     ]
+
+
+def test_a_single_message_amqp_cannot_carry_is_refused_without_a_reconnect(
+    make_publisher, names, admin, caplog
+):
+    publisher = make_publisher()
+    queue = names.queue("float-header")
+    bad = dataclasses.replace(wire(), headers={"x-score": 1.5})
+
+    with pytest.raises(PublishError, match="cannot be encoded") as caught:
+        publisher.publish(bad, exchange=names.ns, routing_key=queue)
+    assert caught.value.reason == "unencodable"
+    assert "reconnecting" not in caplog.text
+    good = wire()
+    publisher.publish(good, exchange=names.ns, routing_key=queue)
+    assert [p.message_id for _, p, _ in admin.get_all(queue)] == [good.message_id]
 
 
 def test_concurrent_threads_share_one_publisher(make_publisher, names, admin):

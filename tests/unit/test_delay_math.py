@@ -11,11 +11,9 @@ import pytest
 
 from taskq import ConfigurationError
 from taskq.broker import topology as topo
-from taskq.delay import (
-    DelayedMessage,
-    PluginDelay,
-    TierDelay,
-    choose_backend,
+from taskq.delay.backend import DelayedMessage
+from taskq.delay.choosing import choose_backend
+from taskq.delay.maths import (
     delay_ms_from_s,
     epoch_ms,
     eta_ms_of,
@@ -23,6 +21,8 @@ from taskq.delay import (
     tier_levels,
     x_delay,
 )
+from taskq.delay.plugin import PluginDelay
+from taskq.delay.tiers import TierDelay
 from taskq.message import ETA, WireMessage
 from taskq.settings import Settings
 

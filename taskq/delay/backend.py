@@ -1,0 +1,137 @@
+"""The delay seam: :class:`DelayedMessage`, the :class:`DelayBackend` protocol, the declarer.
+
+Both backends (:mod:`taskq.delay.tiers`, :mod:`taskq.delay.plugin`) implement
+:class:`DelayBackend`; the app and the relay see only this module.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from taskq.broker.delayed import PublishItem, declare_now
+from taskq.broker.topology import Declarations, HeaderBindingSpec, Topology
+from taskq.delay.maths import delayed_headers, with_headers
+from taskq.message import WireMessage
+from taskq.settings import Settings
+
+
+@dataclass(frozen=True, slots=True)
+class DelayedMessage:
+    """An encoded message to deliver to ``queue`` no earlier than ``eta_ms``.
+
+    Args:
+        wire: The message (its ``taskq-eta`` header is set to ``eta_ms`` on publishing).
+        queue: The destination work queue.
+        eta_ms: Epoch milliseconds before which it must not be delivered.
+    """
+
+    wire: WireMessage
+    queue: str
+    eta_ms: int
+
+
+class DelayBackend(Protocol):
+    """Publishes messages that the broker holds until they are due.
+
+    ``publish_many`` returns once the broker confirmed every message (a message that is
+    already due is published straight to its queue). Otherwise it raises ``PublishError``
+    like :meth:`Publisher.publish_many`, whose ``unconfirmed_ids`` lists *every* message of
+    the call that was not confirmed, sent or not: the outbox relay deletes the rows of all
+    the others. An error without ids (or a ``TopologyError``) confirmed none.
+    """
+
+    @property
+    def name(self) -> str:
+        """``"plugin"`` or ``"tiers"``."""
+
+    @property
+    def max_delay_ms(self) -> int:
+        """The longest delay this backend accepts."""
+
+    def publish_many(
+        self, messages: Sequence[DelayedMessage], *, now_ms: int | None = None
+    ) -> None:
+        """Publish ``messages`` with confirms; ``now_ms`` defaults to the clock."""
+
+    def close(self) -> None:
+        """Release connections the backend opened itself."""
+
+
+class DelayDeclarer:
+    """Declares delay topology and destination queues once per process, on a short connection.
+
+    The publisher declares a work queue only before a publish to the app's exchange; a
+    delayed message enters through a tier exchange, so its queue and the tiers are declared
+    here first (idempotently) so that delays work on a fresh broker.
+
+    Args:
+        settings: Where to connect.
+        topology: Names and arguments.
+        declare: Declares one batch (injected by tests).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        topology: Topology,
+        declare: Callable[[Declarations, Sequence[HeaderBindingSpec]], None] | None = None,
+    ) -> None:
+        self._settings = settings
+        self._topology = topology
+        self._declare = declare or (lambda d, b: declare_now(settings, d, b))
+        self._done: set[str] = set()
+        self._lock = threading.Lock()
+
+    def ensure(self, *, tiers: str | None, queues: Iterable[str]) -> bool:
+        """Declare the ``tiers`` queue type's tiers and ``queues`` unless done already.
+
+        Returns:
+            Whether anything was declared (it took a round trip to the broker).
+
+        Raises:
+            BrokerConnectionError: the broker is unreachable.
+            TopologyError: an object exists with other arguments.
+        """
+        wanted = [f"queue:{q}" for q in sorted(set(queues))]
+        if tiers is not None:
+            wanted.insert(0, f"tiers:{tiers}")
+        with self._lock:
+            missing = [key for key in wanted if key not in self._done]
+            if not missing:
+                return False
+            parts = [self._topology.base()]
+            bindings: tuple[HeaderBindingSpec, ...] = ()
+            for key in missing:
+                kind, _, name = key.partition(":")
+                if kind == "tiers":
+                    tier = self._topology.delay_tiers(name)
+                    parts.append(tier.declarations)
+                    bindings = tier.header_bindings
+                else:
+                    parts.append(self._topology.for_queue(name))
+            self._declare(merge_declarations(parts), bindings)
+            self._done.update(missing)
+            return True
+
+    def forget(self) -> None:
+        """Declare everything again next time (after a channel error: something was deleted)."""
+        with self._lock:
+            self._done.clear()
+
+
+def merge_declarations(parts: Sequence[Declarations]) -> Declarations:
+    return Declarations(
+        exchanges=tuple(e for p in parts for e in p.exchanges),
+        queues=tuple(q for p in parts for q in p.queues),
+        bindings=tuple(b for p in parts for b in p.bindings),
+    )
+
+
+def due_item(topology: Topology, message: DelayedMessage) -> PublishItem:
+    """The ``(exchange, routing_key, wire)`` that publishes a due message to its queue now."""
+    headers = delayed_headers(message.wire, message.eta_ms)
+    return topology.exchange, message.queue, with_headers(message.wire, headers)
+

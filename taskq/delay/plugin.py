@@ -1,0 +1,127 @@
+"""Delays through ``rabbitmq_delayed_message_exchange`` (DESIGN §6).
+
+The ``x-delayed-message`` exchange ``ns.delayed`` with an integer ``x-delay`` header (ms),
+published without ``mandatory`` and without an alternate exchange (the plugin returns every
+message to a mandatory publisher and hands an immediate copy to an alternate exchange). An
+``x-delay`` that is not an integer crashes the plugin and closes the connection, and one above
+``2**32 - 1`` ms is delivered at once: delays are validated (:func:`taskq.delay.maths.x_delay`),
+and longer ones go through the tiers (:mod:`taskq.delay.tiers`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from taskq.broker.delayed import PluginPublisher, PublishItem
+from taskq.broker.publisher import OUTAGE_REASONS
+from taskq.broker.topology import (
+    DELAY_PLUGIN_MAX_MS,
+    DELAY_TIERS_MAX_MS,
+    Topology,
+    delayed_exchange_name,
+)
+from taskq.delay.backend import DelayedMessage
+from taskq.delay.maths import X_DELAY, delayed_headers, epoch_ms, with_headers, x_delay
+from taskq.delay.tiers import TierDelay
+from taskq.errors import BrokerError, PublishError, TopologyError
+
+
+class PluginDelay:
+    """Delays through ``rabbitmq_delayed_message_exchange`` (module docstring).
+
+    Delays up to ``DELAY_PLUGIN_MAX_MS`` go to the plugin's exchange with ``x-delay``;
+    longer ones, and due messages, go through ``tiers``.
+
+    Args:
+        topology: Names.
+        publisher: Non-mandatory confirmed publisher for the plugin's exchange.
+        tiers: For delays the plugin cannot hold (declared on first use only).
+    """
+
+    name = "plugin"
+    max_delay_ms = DELAY_TIERS_MAX_MS
+
+    def __init__(self, topology: Topology, publisher: PluginPublisher, tiers: TierDelay) -> None:
+        self.topology = topology
+        self.publisher = publisher
+        self.tiers = tiers
+
+    def item(self, message: DelayedMessage, *, now_ms: int) -> PublishItem:
+        """The ``(exchange, routing_key, wire)`` for the plugin's exchange."""
+        delay_ms = max(0, message.eta_ms - now_ms)
+        headers = delayed_headers(message.wire, message.eta_ms)
+        headers[X_DELAY] = x_delay(delay_ms)
+        exchange = delayed_exchange_name(self.topology.namespace)
+        return exchange, message.queue, with_headers(message.wire, headers)
+
+    def publish_many(
+        self, messages: Sequence[DelayedMessage], *, now_ms: int | None = None
+    ) -> None:
+        """Publish ``messages``: short delays to the plugin, the rest through the tiers.
+
+        Both parts are always attempted: a refusal of one part never keeps the other from
+        being sent, and the error accounts for every message of the call.
+
+        Raises:
+            ConfigurationError: a delay is longer than ``max_delay_ms`` (nothing published).
+            PublishError: not confirmed; ``unconfirmed_ids`` lists every message of the call
+                that the broker did not confirm (from either part).
+        """
+        failures: list[_Failure] = []
+        if now_ms is None:
+            # Connecting and declaring first, so that the x-delay is measured from the
+            # moment of publishing.
+            _attempt(lambda: self.publisher.prepare({m.queue for m in messages}),
+                     [m.wire.message_id for m in messages], failures)
+            if failures:
+                raise _combined(failures)
+        now = epoch_ms() if now_ms is None else now_ms
+        plugin: list[PublishItem] = []
+        others: list[DelayedMessage] = []
+        for message in messages:
+            delay_ms = message.eta_ms - now
+            if 0 < delay_ms <= DELAY_PLUGIN_MAX_MS:
+                plugin.append(self.item(message, now_ms=now))
+            else:
+                others.append(message)
+        if others:
+            _attempt(lambda: self.tiers.publish_many(others, now_ms=now),
+                     [m.wire.message_id for m in others], failures)
+        if plugin:
+            _attempt(lambda: self.publisher.publish_many(plugin),
+                     [wire.message_id for _, _, wire in plugin], failures)
+        if failures:
+            raise _combined(failures)
+
+    def close(self) -> None:
+        """Close the plugin publisher's connection."""
+        self.publisher.close()
+
+
+_Failure = tuple[BrokerError, list[str | None]]
+
+
+def _attempt(publish: Callable[[], None], ids: list[str | None], failures: list[_Failure]) -> None:
+    """Run one part's ``publish``; on a refusal, note the error and the ids it left unconfirmed.
+
+    An error that names no ids (a ``TopologyError``, a failed connect) confirmed none of them.
+    """
+    try:
+        publish()
+    except (PublishError, TopologyError) as exc:
+        failures.append((exc, list(getattr(exc, "unconfirmed_ids", None) or ids)))
+
+
+def _combined(failures: list[_Failure]) -> PublishError:
+    """One ``PublishError`` for the failed parts; an outage's reason wins over a refusal's."""
+    reasons = [str(getattr(exc, "reason", "topology")) for exc, _ in failures]
+    reason = next((r for r in reasons if r in OUTAGE_REASONS), reasons[0])
+    unconfirmed = [i for _, ids in failures for i in ids]
+    first = failures[0][0]
+    return PublishError(
+        " Also: ".join(exc.message for exc, _ in failures),
+        url=getattr(first, "url", None),
+        queue=getattr(first, "queue", None),
+        reason=reason,
+        unconfirmed_ids=unconfirmed,
+    )
