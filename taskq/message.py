@@ -48,6 +48,10 @@ ENVELOPE_HEADERS = frozenset({TASKQ_VERSION, TASK, RETRIES, IDEMPOTENCY_KEY, ETA
 DEAD_LETTER_HEADERS = (ERROR_TYPE, ERROR, TRACEBACK, ATTEMPTS, FAILED_AT, ORIGIN_QUEUE)
 
 MAX_PRIORITY = 9
+# Longest idempotency key: the width of taskq_processed.key (taskq.schema).
+KEY_MAX_CHARS = 255
+# Longest AMQP short string (message_id, app_id, content_type, header names), in bytes.
+SHORT_STRING_MAX_BYTES = 255
 # Error messages can be huge (a repr of a large object); headers must fit in one AMQP frame.
 ERROR_MAX_CHARS = 1000
 
@@ -325,6 +329,8 @@ def decode(wire: WireMessage) -> Envelope:
         key = task_id
     elif key.__class__ is not str:
         _reject(f"header {IDEMPOTENCY_KEY} is {_describe(key)}, expected a str", task_id, task)
+    if len(key) > KEY_MAX_CHARS or "\x00" in key:
+        _reject_key(key, task_id, task)
     if wire.content_type not in (CONTENT_TYPE, None):
         _reject(f"content type is {wire.content_type!r}, expected {CONTENT_TYPE!r}", task_id, task)
     try:
@@ -360,6 +366,19 @@ def _eta_from_ms(eta_ms: Any, task_id: str, task: str) -> datetime:
     _reject(f"header {ETA} is {_describe(eta_ms)}, expected epoch milliseconds", task_id, task)
 
 
+def _reject_key(key: str, task_id: str, task: str) -> NoReturn:
+    # The key is written to taskq_processed; a key the table cannot hold would make every
+    # delivery of the message fail there and return to the queue forever.
+    problem = (
+        f"is {len(key)} characters long, more than the {KEY_MAX_CHARS} the idempotency table "
+        "holds" if len(key) > KEY_MAX_CHARS else "contains a NUL character"
+    )
+    _reject(
+        f"the idempotency key (header {IDEMPOTENCY_KEY}, else the message_id) {problem}",
+        task_id, task,
+    )
+
+
 def _reject_version(version: Any, task_id: str | None) -> NoReturn:
     if version is None:
         reason = f"header {TASKQ_VERSION} is missing: not a taskq message"
@@ -388,6 +407,87 @@ def _describe(value: Any) -> str:
     return f"{text} ({type(value).__name__})"
 
 
+# -- received messages ----------------------------------------------------------------------
+
+
+def normalize_received(wire: WireMessage) -> WireMessage:
+    """``wire`` with every property and header name a ``str`` (``wire`` itself if they are).
+
+    Any AMQP client may send a short string (``message_id``, ``app_id``, ``content_type``,
+    a header name, also in nested tables) that is not valid UTF-8, and pika then hands it
+    over as ``bytes``. taskq's code, its logs and the republish path (dead letters, retries)
+    take these for ``str``, so such a value becomes one: the valid UTF-8 as it was, each
+    invalid byte as a ``\\xNN`` escape, cut to 255 bytes so that it still fits a short
+    string. Header values are kept as received (``bytes`` values travel as byte arrays).
+
+    Args:
+        wire: A message as the broker adapter received it.
+
+    Returns:
+        A message whose properties and header names are ``str`` or ``None``.
+    """
+    # Any: the declared types are what this function establishes, not what pika gives.
+    received: Any = wire
+    headers = received.headers
+    if (
+        received.message_id.__class__ is not bytes
+        and received.app_id.__class__ is not bytes
+        and received.content_type.__class__ is not bytes
+        and headers.__class__ is dict
+        and _names_are_str(headers)
+    ):
+        return wire
+    return WireMessage(
+        wire.body,
+        _short_text(wire.message_id),
+        _readable_table(headers) if isinstance(headers, Mapping) else {},
+        wire.priority,
+        wire.timestamp,
+        _short_text(wire.app_id),
+        _short_text(wire.content_type),
+    )
+
+
+def _names_are_str(value: Any) -> bool:
+    # Flat str-keyed headers are the common case: one pass, no copy.
+    if value.__class__ is dict:
+        for name, item in value.items():
+            if name.__class__ is not str:
+                return False
+            if (item.__class__ is dict or item.__class__ is list) and not _names_are_str(item):
+                return False
+        return True
+    if value.__class__ is list:
+        return all(_names_are_str(item) for item in value)
+    return True
+
+
+def _readable_table(table: Mapping[Any, Any]) -> dict[str, Any]:
+    return {_short_text(name) or "": _readable_value(item) for name, item in table.items()}
+
+
+def _readable_value(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return _readable_table(value)
+    if isinstance(value, list):
+        return [_readable_value(item) for item in value]
+    return value
+
+
+def _short_text(value: Any) -> str | None:
+    """A received short string as ``str``: invalid UTF-8 escaped, at most 255 bytes."""
+    if value is None or value.__class__ is str:
+        return value
+    text = (
+        bytes(value).decode("utf-8", "backslashreplace")
+        if isinstance(value, (bytes, bytearray)) else str(value)
+    )
+    raw = text.encode("utf-8", "backslashreplace")
+    if len(raw) > SHORT_STRING_MAX_BYTES:
+        text = raw[:SHORT_STRING_MAX_BYTES].decode("utf-8", "ignore")
+    return text
+
+
 # -- dead letters and republishing ----------------------------------------------------------
 
 
@@ -408,7 +508,8 @@ def strip_x_death(headers: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
         name: value
         for name, value in headers.items()
-        if name != X_DEATH and not name.startswith(_X_DEATH_PREFIXES)
+        if name != X_DEATH
+        and not (name.__class__ is str and name.startswith(_X_DEATH_PREFIXES))
     }
 
 
