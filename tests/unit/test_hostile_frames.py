@@ -64,13 +64,15 @@ def test_headers_pika_cannot_decode_are_read_instead_of_aborting_the_connection(
     later = b"\x05later" + b"T" + struct.pack(">Q", 2**62)
     nested = b"\x06nested" + b"A" + struct.pack(">I", 9) + b"T" + struct.pack(">Q", 2**64 - 1)
     finite = b"\x04half" + b"d" + struct.pack(">d", 2.5)
-    raw = struct.pack(">H", 1 << 13) + _table(nan, inf, later, nested, finite)
+    huge = b"\x04huge" + b"d" + struct.pack(">d", 1e300)
+    raw = struct.pack(">H", 1 << 13) + _table(nan, inf, later, nested, finite, huge)
 
     properties = pika.spec.BasicProperties()
     properties.decode(raw)
 
     assert properties.headers == {
         "nan": "nan", "inf": "-inf", "later": 2**62, "nested": [str(2**64 - 1)],
-        "half": 2,  # pika's own (lossy) reading of finite floats is kept
+        "half": 2,  # pika's own (lossy) reading of finite floats is kept...
+        "huge": "1e+300",  # ...where the int it gives could travel again
     }
     assert encode_table(properties.headers)  # and the copy can be published again
