@@ -317,13 +317,18 @@ def decode(wire: WireMessage) -> Envelope:
     retries = extra.pop(RETRIES, 0)
     key = extra.pop(IDEMPOTENCY_KEY, None)
     eta_ms = extra.pop(ETA, None)
-    if version.__class__ is not int or version != PROTOCOL_VERSION:
+    if version.__class__ is not int and not _is_int(version) or version != PROTOCOL_VERSION:
         _reject_version(version, task_id)
     if task.__class__ is not str or not task:
         _reject(f"header {TASK} is {_describe(task)}, expected the task name", task_id, None)
     if task_id.__class__ is not str or not task_id:
         _reject("the message_id property (the task id) is missing", None, task)
-    if retries.__class__ is not int or retries < 0:
+    if retries.__class__ is not int:
+        if not _is_int(retries):
+            _reject(f"header {RETRIES} is {_describe(retries)}, expected an int >= 0", task_id,
+                    task)
+        retries = int(retries)
+    if retries < 0:
         _reject(f"header {RETRIES} is {_describe(retries)}, expected an int >= 0", task_id, task)
     if key is None:
         key = task_id
@@ -354,6 +359,11 @@ def decode(wire: WireMessage) -> Envelope:
         wire.app_id,
         extra,
     )
+
+
+def _is_int(value: Any) -> bool:
+    # Any AMQP integer type: pika reads a long-long ("l") as its own int subclass. Not bool.
+    return isinstance(value, int) and value.__class__ is not bool
 
 
 def _eta_from_ms(eta_ms: Any, task_id: str, task: str) -> datetime:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pika.compat
 import pytest
 
 from taskq.broker._frames import content_frames
@@ -179,3 +180,20 @@ def test_a_contained_delivery_that_cannot_be_dead_lettered_is_requeued(
     run_all(app, feed, tmp_path)
 
     assert settles(feed) == [(1, _REQUEUE), (2, _REQUEUE)]
+
+
+def test_envelope_ints_of_any_amqp_integer_type_are_read() -> None:
+    # pika hands over a long-long ("l") as its own int subclass; other clients send taskq-v
+    # and taskq-retries with whatever integer type they like.
+    wire = task_wire(**{"taskq-v": pika.compat.long(1), "taskq-retries": pika.compat.long(2)})
+
+    envelope = decode(wire)
+
+    assert envelope.retries == 2 and envelope.retries.__class__ is int
+
+
+@pytest.mark.parametrize("header", ["taskq-v", "taskq-retries"])
+def test_a_bool_is_not_an_envelope_int(header: str) -> None:
+    with pytest.raises(Exception, match=header) as caught:
+        decode(task_wire(**{header: True}))
+    assert type(caught.value).__name__ == "DecodeError"
