@@ -48,6 +48,9 @@ ENVELOPE_HEADERS = frozenset({TASKQ_VERSION, TASK, RETRIES, IDEMPOTENCY_KEY, ETA
 DEAD_LETTER_HEADERS = (ERROR_TYPE, ERROR, TRACEBACK, ATTEMPTS, FAILED_AT, ORIGIN_QUEUE)
 
 MAX_PRIORITY = 9
+# Highest taskq-retries read: one more (the next retry, taskq-attempts) still fits any
+# AMQP integer type, and no retry policy counts that far.
+MAX_RETRIES = 2**31 - 2
 # Longest idempotency key: the width of taskq_processed.key (taskq.schema).
 KEY_MAX_CHARS = 255
 # Longest AMQP short string (message_id, app_id, content_type, header names), in bytes.
@@ -328,8 +331,9 @@ def decode(wire: WireMessage) -> Envelope:
             _reject(f"header {RETRIES} is {_describe(retries)}, expected an int >= 0", task_id,
                     task)
         retries = int(retries)
-    if retries < 0:
-        _reject(f"header {RETRIES} is {_describe(retries)}, expected an int >= 0", task_id, task)
+    if not 0 <= retries <= MAX_RETRIES:
+        _reject(f"header {RETRIES} is {_describe(retries)}, expected an int >= 0 (at most "
+                f"{MAX_RETRIES})", task_id, task)
     if key is None:
         key = task_id
     elif key.__class__ is not str:
@@ -554,7 +558,8 @@ def dead_letter_headers(
     result[ERROR_TYPE] = error_type
     result[ERROR] = error if len(error) <= ERROR_MAX_CHARS else error[: ERROR_MAX_CHARS - 3] + "..."
     result[TRACEBACK] = _keep_end(traceback or "", traceback_max_chars)
-    result[ATTEMPTS] = attempts
+    # Clamped: the count may come from a hostile taskq-retries, and must still be sent.
+    result[ATTEMPTS] = min(max(attempts, 0), _INT64_MAX)
     result[FAILED_AT] = _epoch_ms(failed_at)
     result[ORIGIN_QUEUE] = origin_queue
     return result

@@ -197,3 +197,18 @@ def test_a_bool_is_not_an_envelope_int(header: str) -> None:
     with pytest.raises(Exception, match=header) as caught:
         decode(task_wire(**{header: True}))
     assert type(caught.value).__name__ == "DecodeError"
+
+
+def test_a_huge_retry_count_is_a_decode_error_whose_dead_letter_can_be_published(
+    app: _App, tmp_path: Path
+) -> None:
+    # taskq-attempts is taskq-retries + 1: past the int64 range no AMQP type carries it.
+    feed = Feed([task_wire("ok", **{"taskq-retries": 2**63 - 1})])
+
+    run_all(app, feed, tmp_path)
+
+    (letter,) = letters(feed)
+    assert letter.headers["taskq-error-type"] == "DecodeError"
+    assert "taskq-retries" in letter.headers["taskq-error"]
+    assert content_frames(1, letter, 4096)
+    assert app.ran == []  # type: ignore[attr-defined]
