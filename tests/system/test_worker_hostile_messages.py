@@ -10,7 +10,9 @@ messages in all, generated in seconds. They are written
 as raw frames (tests/support/raw_amqp.py), since taskq's own publisher refuses most of them,
 to a running worker. Then every message must be accounted for, ran (``tests.tasks.record``
 appends its number to a file) or in ``Q.dlq`` with a ``taskq-error-type``, the work queue
-empty, and the worker's processes the ones it started with.
+empty, and the worker's processes the ones it started with. Some call
+``tests.tasks.always_down``, which fails and is retried twice through the delay backend
+before it is dead-lettered: the retry copies of hostile messages must travel too.
 
 Replay a failing run with ``TASKQ_FUZZ_SEED=<the printed seed>``.
 """
@@ -156,20 +158,25 @@ def messages(draw: st.DrawFn) -> dict[str, Any]:
 
 
 VALID_ENVELOPE = [("I", 1), ("S", tasks.record.name.encode()), ("I", 0), None, None]
+RETRIED_ENVELOPE = [("I", 1), ("S", tasks.always_down.name.encode()), ("I", 0), None, None]
 
 
 def mix(pool: list[dict[str, Any]], rnd: random.Random) -> dict[str, Any]:
     """A message whose every field (each envelope header too) comes from a random one of
     ``pool``, and whose extra headers are those of one or two of them.
 
-    Two in five get a valid envelope, body and content type, so that as many reach the
-    task with hostile ids, properties and extra headers as end at the first check.
+    Two in five get a valid envelope, body and content type (one in four of those for a task
+    that is retried), so that as many reach a task with hostile ids, properties and extra
+    headers as end at the first check.
     """
     spec = {key: rnd.choice(pool)[key] for key in pool[0]}
     spec["envelope"] = [rnd.choice(pool)["envelope"][i] for i in range(len(ENVELOPE))]
     spec["extra"] = [*rnd.choice(pool)["extra"], *rnd.choice(pool)["extra"][:rnd.randint(0, 3)]]
-    if rnd.random() < 0.4:
+    luck = rnd.random()
+    if luck < 0.3:
         spec.update(envelope=VALID_ENVELOPE, body="record", content_type=CONTENT_TYPE)
+    elif luck < 0.4:
+        spec.update(envelope=RETRIED_ENVELOPE, body="always down", content_type=CONTENT_TYPE)
     return spec
 
 
@@ -185,6 +192,8 @@ def build(spec: dict[str, Any], n: int, runs: str) -> RawMessage:
     """The raw message for ``spec``, number ``n``."""
     if spec["body"] == "record":
         body = encode_body([runs, str(n)], {}, task="record")
+    elif spec["body"] == "always down":
+        body = encode_body([runs], {}, task="always_down")
     elif spec["body"] == "wrong arguments":
         body = encode_body([], {"unknown": n}, task="record")
     else:
@@ -272,6 +281,10 @@ def test_hostile_properties_and_headers_never_replace_a_process_nor_lose_a_messa
     assert worker.children() == pids
     assert "died" not in log and "replacing" not in log, log[-5000:]
     assert "is a duplicate" not in log
+    assert any(  # always_down came through its two retries
+        props.headers.get("taskq-error-type") == "ConnectionError"
+        and props.headers.get("taskq-attempts") == 3 for _, props, _ in letters
+    )
     print(f"ran {len(ran)}, dead-lettered {len(parked)}: {sorted(reasons)}")
 
 
