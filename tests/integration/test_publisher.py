@@ -19,7 +19,7 @@ import pytest
 
 from taskq.broker.publisher import Publisher
 from taskq.broker.topology import QueueOptions, Topology
-from taskq.errors import PublishError, TopologyError
+from taskq.errors import PublishError, SerializationError, TopologyError
 from taskq.message import CONTENT_TYPE, IDEMPOTENCY_KEY, RETRIES, TASK, TASKQ_VERSION, WireMessage
 from taskq.settings import Settings
 from tests.conftest import BROKER_URL
@@ -171,7 +171,7 @@ def test_a_batch_that_fails_to_frame_leaves_nothing_for_the_next_call(
     bad = dataclasses.replace(wire(), headers={"h" * 300: 1})
     batch = [wire() for _ in range(5)] + [bad] + [wire() for _ in range(4)]
 
-    with pytest.raises(ValueError, match="longer than 255 bytes"):
+    with pytest.raises(SerializationError, match="longer than 255 bytes"):
         publisher.publish_many((names.ns, queue, message) for message in batch)
     later = [wire(), wire()]
     publisher.publish_many((names.ns, queue, message) for message in later)
