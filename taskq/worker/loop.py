@@ -9,11 +9,6 @@ copy goes to the dead-letter exchange (confirmed) and *then* the delivery is ack
 settled by :mod:`~taskq.worker.crash_loops`. If a publish fails the delivery is
 requeued rather than acked, so nothing is ever dropped silently.
 
-Whatever a message carries (properties and headers of any AMQP type, from any client), it
-must not take the process down: properties and header names are made ``str`` before any
-check, and an exception nobody foresaw while handling one delivery is contained to it
-(logged, the delivery dead-lettered as ``WorkerError``); the loop goes on with the next.
-
 This is the hot path. Everything that can be is computed once in ``__init__`` (task plans,
 log-level checks, the size limit); per message there are no imports, no string formatting
 unless the log level is enabled, and no database calls.
@@ -138,6 +133,12 @@ class WorkerLoop:
 
     def run(self) -> None:
         """Consume until asked to stop, ``max_tasks_per_child`` is reached or the parent dies.
+
+        Whatever a message carries (properties and headers of any AMQP type, from any
+        client), it must not take the process down: properties and header names are made
+        ``str`` before any check, and an exception nobody foresaw while handling one delivery
+        is contained to it (logged, the delivery dead-lettered as ``WorkerError``); the loop
+        goes on with the next.
 
         Raises:
             TopologyError: the queues cannot be declared as configured.
