@@ -26,7 +26,8 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from taskq.errors import DecodeError, Retry
-from taskq.message import IDEMPOTENCY_KEY, TASK, Envelope, decode, normalize_received
+from taskq.message import IDEMPOTENCY_KEY, TASK, Envelope, decode
+from taskq.received import normalize_received
 from taskq.retry import (
     Decision,
     GiveUp,

@@ -10,7 +10,10 @@ import pytest
 PACKAGE = Path(__file__).resolve().parents[2] / "taskq"
 
 LAYERS = {
-    1: {"errors", "settings", "codec", "message", "retry", "broker.topology", "_clock"},
+    1: {
+        "errors", "settings", "codec", "message", "received", "retry", "broker.topology",
+        "_clock",
+    },
     2: {
         "broker", "broker.connection", "broker.publisher", "broker.subscription", "db",
         "schema", "outbox.store", "idempotency", "results", "delay",
