@@ -141,25 +141,43 @@ def content_frames(channel_number: int, wire: WireMessage, body_max: int) -> byt
             than 255 bytes, a header value AMQP has no type for, a priority or timestamp
             out of range, more headers than fit one frame); ``task_id`` names the message.
     """
-    try:
-        head, props = _content_header(channel_number, wire)
+    flags = _DELIVERY_MODE
+    content_type, headers, priority = wire.content_type, wire.headers, wire.priority
+    message_id, timestamp, app_id = wire.message_id, wire.timestamp, wire.app_id
+    props = b""
+    try:  # free in CPython 3.11+ until something raises
+        if content_type is not None:
+            flags |= _CONTENT_TYPE
+            props = _short_string(content_type)
+        if headers:
+            flags |= _HEADERS
+            props += encode_table(headers)
+        if priority is not None:
+            flags |= _PRIORITY
+            # A negative index would pick another octet; 256 and up raise IndexError.
+            props += _PERSISTENT_WITH_PRIORITY[priority if priority >= 0 else 256]
+        else:
+            props += _PERSISTENT
+        if message_id is not None:
+            flags |= _MESSAGE_ID
+            props += _uncached_short_string(message_id)
+        if timestamp is not None:
+            flags |= _TIMESTAMP
+            props += _uint64(timestamp)
+        if app_id is not None:
+            flags |= _APP_ID
+            props += _short_string(app_id)
     except _UNFRAMEABLE as exc:
-        raise SerializationError(
-            f"message {wire.message_id!r} cannot be published: its AMQP properties or "
-            f"headers cannot be encoded ({type(exc).__name__}: {exc}); drop or fix the "
-            "offending header",
-            task_id=wire.message_id, task=(wire.headers or {}).get("taskq-task"),
-        ) from exc
-    if len(head) - 7 + len(props) > body_max:
+        raise _unframeable(wire, f"{type(exc).__name__}: {exc}") from exc
+    header_size = 14 + len(props)
+    if header_size > body_max:
         # The broker would close the whole connection (FRAME_ERROR) over this one message.
-        raise SerializationError(
-            f"message {wire.message_id!r} cannot be published: its properties and headers "
-            f"take {len(head) - 7 + len(props)} bytes, more than one frame holds "
-            f"({body_max}); shorten or drop headers",
-            task_id=wire.message_id,
-        )
+        raise _unframeable(wire, f"{header_size} bytes of properties, more than one frame "
+                                 f"holds ({body_max})")
     body = wire.body
     size = len(body)
+    head = _content_head(_FRAME_HEADER, channel_number, header_size, _BASIC_CLASS, 0, size,
+                         flags)
     if size <= body_max:
         if not size:
             return head + props + _FRAME_END
@@ -172,34 +190,10 @@ def content_frames(channel_number: int, wire: WireMessage, body_max: int) -> byt
     return b"".join(parts)
 
 
-def _content_header(channel_number: int, wire: WireMessage) -> tuple[bytes, bytes]:
-    """The header frame's head and its property list."""
-    flags = _DELIVERY_MODE
-    content_type, headers, priority = wire.content_type, wire.headers, wire.priority
-    message_id, timestamp, app_id = wire.message_id, wire.timestamp, wire.app_id
-    props = b""
-    if content_type is not None:
-        flags |= _CONTENT_TYPE
-        props = _short_string(content_type)
-    if headers:
-        flags |= _HEADERS
-        props += encode_table(headers)
-    if priority is not None:
-        flags |= _PRIORITY
-        props += _PERSISTENT_WITH_PRIORITY[priority]
-    else:
-        props += _PERSISTENT
-    if message_id is not None:
-        flags |= _MESSAGE_ID
-        props += _uncached_short_string(message_id)
-    if timestamp is not None:
-        flags |= _TIMESTAMP
-        props += _uint64(timestamp)
-    if app_id is not None:
-        flags |= _APP_ID
-        props += _short_string(app_id)
-    if priority is not None and not 0 <= priority <= 255:
-        raise ValueError(f"priority {priority!r} is not an AMQP octet (0..255)")
-    head = _content_head(_FRAME_HEADER, channel_number, 14 + len(props), _BASIC_CLASS, 0,
-                         len(wire.body), flags)
-    return head, props
+def _unframeable(wire: WireMessage, problem: str) -> SerializationError:
+    task = (wire.headers or {}).get("taskq-task")
+    return SerializationError(
+        f"message {wire.message_id!r} cannot be published: its AMQP properties or headers "
+        f"cannot be encoded ({problem}); drop or fix the offending header",
+        task_id=wire.message_id, task=task if isinstance(task, str) else None,
+    )
