@@ -33,9 +33,11 @@ def test_short_strings_received_as_bytes_are_framed_as_they_came() -> None:
         WireMessage(b"x", "i" * 256),
         WireMessage(b"x", "id", {}, timestamp=-1),
         WireMessage(b"x", "id", {}, priority=256),
+        WireMessage(b"x", "id", {}, priority=-1),
         WireMessage(b"x", "id", {"big": "x" * 4096}),
     ],
-    ids=["set", "float", "long id", "negative timestamp", "priority 256", "header > frame"],
+    ids=["set", "float", "long id", "negative timestamp", "priority 256", "priority -1",
+         "header > frame"],
 )
 def test_what_cannot_be_framed_is_a_serialization_error(wire: WireMessage) -> None:
     with pytest.raises(SerializationError, match="cannot be published"):
