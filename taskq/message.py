@@ -48,6 +48,11 @@ ENVELOPE_HEADERS = frozenset({TASKQ_VERSION, TASK, RETRIES, IDEMPOTENCY_KEY, ETA
 DEAD_LETTER_HEADERS = (ERROR_TYPE, ERROR, TRACEBACK, ATTEMPTS, FAILED_AT, ORIGIN_QUEUE)
 
 MAX_PRIORITY = 9
+# Highest taskq-retries read: one more (the next retry, taskq-attempts) still fits any
+# AMQP integer type, and no retry policy counts that far.
+MAX_RETRIES = 2**31 - 2
+# Longest idempotency key: the width of taskq_processed.key (taskq.schema).
+KEY_MAX_CHARS = 255
 # Error messages can be huge (a repr of a large object); headers must fit in one AMQP frame.
 ERROR_MAX_CHARS = 1000
 
@@ -313,18 +318,26 @@ def decode(wire: WireMessage) -> Envelope:
     retries = extra.pop(RETRIES, 0)
     key = extra.pop(IDEMPOTENCY_KEY, None)
     eta_ms = extra.pop(ETA, None)
-    if version.__class__ is not int or version != PROTOCOL_VERSION:
+    if version.__class__ is not int and not _is_int(version) or version != PROTOCOL_VERSION:
         _reject_version(version, task_id)
     if task.__class__ is not str or not task:
         _reject(f"header {TASK} is {_describe(task)}, expected the task name", task_id, None)
     if task_id.__class__ is not str or not task_id:
         _reject("the message_id property (the task id) is missing", None, task)
-    if retries.__class__ is not int or retries < 0:
-        _reject(f"header {RETRIES} is {_describe(retries)}, expected an int >= 0", task_id, task)
+    if retries.__class__ is not int:
+        if not _is_int(retries):
+            _reject(f"header {RETRIES} is {_describe(retries)}, expected an int >= 0", task_id,
+                    task)
+        retries = int(retries)
+    if not 0 <= retries <= MAX_RETRIES:
+        _reject(f"header {RETRIES} is {_describe(retries)}, expected an int >= 0 (at most "
+                f"{MAX_RETRIES})", task_id, task)
     if key is None:
         key = task_id
     elif key.__class__ is not str:
         _reject(f"header {IDEMPOTENCY_KEY} is {_describe(key)}, expected a str", task_id, task)
+    if len(key) > KEY_MAX_CHARS or "\x00" in key:
+        _reject_key(key, task_id, task)
     if wire.content_type not in (CONTENT_TYPE, None):
         _reject(f"content type is {wire.content_type!r}, expected {CONTENT_TYPE!r}", task_id, task)
     try:
@@ -350,6 +363,11 @@ def decode(wire: WireMessage) -> Envelope:
     )
 
 
+def _is_int(value: Any) -> bool:
+    # Any AMQP integer type: pika reads a long-long ("l") as its own int subclass. Not bool.
+    return isinstance(value, int) and value.__class__ is not bool
+
+
 def _eta_from_ms(eta_ms: Any, task_id: str, task: str) -> datetime:
     # pika reads an AMQP long-long (epoch ms do not fit in 32 bits) as its own int subclass.
     if isinstance(eta_ms, int) and eta_ms.__class__ is not bool:
@@ -358,6 +376,19 @@ def _eta_from_ms(eta_ms: Any, task_id: str, task: str) -> datetime:
         except OverflowError:
             pass
     _reject(f"header {ETA} is {_describe(eta_ms)}, expected epoch milliseconds", task_id, task)
+
+
+def _reject_key(key: str, task_id: str, task: str) -> NoReturn:
+    # The key is written to taskq_processed; a key the table cannot hold would make every
+    # delivery of the message fail there and return to the queue forever.
+    problem = (
+        f"is {len(key)} characters long, more than the {KEY_MAX_CHARS} the idempotency table "
+        "holds" if len(key) > KEY_MAX_CHARS else "contains a NUL character"
+    )
+    _reject(
+        f"the idempotency key (header {IDEMPOTENCY_KEY}, else the message_id) {problem}",
+        task_id, task,
+    )
 
 
 def _reject_version(version: Any, task_id: str | None) -> NoReturn:
@@ -408,7 +439,8 @@ def strip_x_death(headers: Mapping[str, Any] | None) -> dict[str, Any]:
     return {
         name: value
         for name, value in headers.items()
-        if name != X_DEATH and not name.startswith(_X_DEATH_PREFIXES)
+        if name != X_DEATH
+        and not (name.__class__ is str and name.startswith(_X_DEATH_PREFIXES))
     }
 
 
@@ -443,7 +475,8 @@ def dead_letter_headers(
     result[ERROR_TYPE] = error_type
     result[ERROR] = error if len(error) <= ERROR_MAX_CHARS else error[: ERROR_MAX_CHARS - 3] + "..."
     result[TRACEBACK] = _keep_end(traceback or "", traceback_max_chars)
-    result[ATTEMPTS] = attempts
+    # Clamped: the count may come from a hostile taskq-retries, and must still be sent.
+    result[ATTEMPTS] = min(max(attempts, 0), _INT64_MAX)
     result[FAILED_AT] = _epoch_ms(failed_at)
     result[ORIGIN_QUEUE] = origin_queue
     return result

@@ -8,6 +8,11 @@ a few ``taskq-*`` headers of type str or int — so the header frame is packed h
 ``struct`` calls, the method frame of each (exchange, routing key) is marshalled once, and the
 bytes are identical to pika's (tests/unit/test_frames.py checks them against pika's own
 marshalling). Header values of other types go through pika's table encoder.
+
+A message taskq received is republished as it came (dead letters, retries, DLQ replays), so
+short strings given as ``bytes`` (what pika decodes from invalid UTF-8) are written as they
+are, and anything that still cannot be framed raises :class:`~taskq.errors.SerializationError`
+naming the message, never a raw ``TypeError`` or ``struct.error`` out of the publisher.
 """
 
 from __future__ import annotations
@@ -16,9 +21,11 @@ import struct
 from typing import Any
 
 import pika.data
+import pika.exceptions
 import pika.frame
 import pika.spec
 
+from taskq.errors import SerializationError
 from taskq.message import IDEMPOTENCY_KEY, WireMessage
 
 _FRAME_HEADER = 2
@@ -50,13 +57,13 @@ _uint64 = struct.Struct(">Q").pack
 _int64_field = struct.Struct(">cq").pack
 
 # Short strings repeat (content type, app id, header names): encode each once.
-_short_strings: dict[str, bytes] = {}
+_short_strings: dict[str | bytes, bytes] = {}
 # Encoded header fields of type str or int, by (name, value, type); emptied when full.
-_pairs: dict[tuple[str, Any, type], bytes] = {}
+_pairs: dict[tuple[str | bytes, Any, type], bytes] = {}
 _MAX_CACHED_PAIRS = 4096
 
 
-def _short_string(value: str) -> bytes:
+def _short_string(value: str | bytes) -> bytes:
     encoded = _short_strings.get(value)
     if encoded is None:
         encoded = _uncached_short_string(value)
@@ -65,8 +72,9 @@ def _short_string(value: str) -> bytes:
     return encoded
 
 
-def _uncached_short_string(value: str) -> bytes:
-    raw = value.encode()
+def _uncached_short_string(value: str | bytes) -> bytes:
+    # bytes: a received short string that was not valid UTF-8, sent back as it came.
+    raw = value if value.__class__ is bytes else value.encode()  # type: ignore[union-attr]
     if len(raw) > 255:
         raise ValueError(
             "an AMQP short string (content type, app id, message id or header name) is "
@@ -75,7 +83,14 @@ def _uncached_short_string(value: str) -> bytes:
     return bytes((len(raw),)) + raw
 
 
-def encode_table(table: dict[str, Any]) -> bytes:
+# What framing raises for a value it cannot carry (pika's encoder, struct, str.encode).
+_UNFRAMEABLE = (
+    ValueError, TypeError, OverflowError, IndexError, AttributeError, struct.error,
+    pika.exceptions.AMQPError,
+)
+
+
+def encode_table(table: dict[str, Any] | dict[str | bytes, Any]) -> bytes:
     """An AMQP field table, byte for byte as ``pika.data.encode_table`` writes it."""
     pieces: list[bytes] = []
     pairs = _pairs
@@ -120,34 +135,48 @@ def content_frames(channel_number: int, wire: WireMessage, body_max: int) -> byt
     """The header frame and body frame(s) of ``wire``: always persistent (DESIGN §4).
 
     ``body_max`` is the largest body frame payload the connection negotiated (frame_max - 8).
+
+    Raises:
+        SerializationError: A property or header cannot be framed (a short string longer
+            than 255 bytes, a header value AMQP has no type for, a priority or timestamp
+            out of range, more headers than fit one frame); ``task_id`` names the message.
     """
     flags = _DELIVERY_MODE
     content_type, headers, priority = wire.content_type, wire.headers, wire.priority
     message_id, timestamp, app_id = wire.message_id, wire.timestamp, wire.app_id
     props = b""
-    if content_type is not None:
-        flags |= _CONTENT_TYPE
-        props = _short_string(content_type)
-    if headers:
-        flags |= _HEADERS
-        props += encode_table(headers)
-    if priority is not None:
-        flags |= _PRIORITY
-        props += _PERSISTENT_WITH_PRIORITY[priority]
-    else:
-        props += _PERSISTENT
-    if message_id is not None:
-        flags |= _MESSAGE_ID
-        props += _uncached_short_string(message_id)
-    if timestamp is not None:
-        flags |= _TIMESTAMP
-        props += _uint64(timestamp)
-    if app_id is not None:
-        flags |= _APP_ID
-        props += _short_string(app_id)
+    try:  # free in CPython 3.11+ until something raises
+        if content_type is not None:
+            flags |= _CONTENT_TYPE
+            props = _short_string(content_type)
+        if headers:
+            flags |= _HEADERS
+            props += encode_table(headers)
+        if priority is not None:
+            flags |= _PRIORITY
+            # A negative index would pick another octet; 256 and up raise IndexError.
+            props += _PERSISTENT_WITH_PRIORITY[priority if priority >= 0 else 256]
+        else:
+            props += _PERSISTENT
+        if message_id is not None:
+            flags |= _MESSAGE_ID
+            props += _uncached_short_string(message_id)
+        if timestamp is not None:
+            flags |= _TIMESTAMP
+            props += _uint64(timestamp)
+        if app_id is not None:
+            flags |= _APP_ID
+            props += _short_string(app_id)
+    except _UNFRAMEABLE as exc:
+        raise _unframeable(wire, f"{type(exc).__name__}: {exc}") from exc
+    header_size = 14 + len(props)
+    if header_size > body_max:
+        # The broker would close the whole connection (FRAME_ERROR) over this one message.
+        raise _unframeable(wire, f"{header_size} bytes of properties, more than one frame "
+                                 f"holds ({body_max})")
     body = wire.body
     size = len(body)
-    head = _content_head(_FRAME_HEADER, channel_number, 14 + len(props), _BASIC_CLASS, 0, size,
+    head = _content_head(_FRAME_HEADER, channel_number, header_size, _BASIC_CLASS, 0, size,
                          flags)
     if size <= body_max:
         if not size:
@@ -159,3 +188,12 @@ def content_frames(channel_number: int, wire: WireMessage, body_max: int) -> byt
         chunk = body[start:start + body_max]
         parts += (_frame_head(_FRAME_BODY, channel_number, len(chunk)), chunk, _FRAME_END)
     return b"".join(parts)
+
+
+def _unframeable(wire: WireMessage, problem: str) -> SerializationError:
+    task = (wire.headers or {}).get("taskq-task")
+    return SerializationError(
+        f"message {wire.message_id!r} cannot be published: its AMQP properties or headers "
+        f"cannot be encoded ({problem}); drop or fix the offending header",
+        task_id=wire.message_id, task=task if isinstance(task, str) else None,
+    )

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import pika.exceptions
 
 from taskq.broker._confirm_channel import ConfirmTimeout
-from taskq.errors import PublishError
+from taskq.errors import PublishError, SerializationError
 
 # What encoding one message can raise: pika's table encoder (a float, tuple or other value AMQP
 # tables cannot hold), struct (an int beyond 64 bits), a short string over 255 bytes or not
@@ -19,6 +19,7 @@ from taskq.errors import PublishError
 # not of the broker: enqueue refuses such headers, but an outbox row written by an older
 # taskq or by hand can still carry them.
 ENCODE_ERRORS = (
+    SerializationError,  # taskq's own frame encoder (broker/_frames.py)
     pika.exceptions.UnsupportedAMQPFieldException,
     struct.error,
     ValueError,

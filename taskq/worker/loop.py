@@ -20,12 +20,14 @@ import functools
 import logging
 import os
 import time
+import traceback
 from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from taskq.errors import DecodeError, ResultError, Retry
 from taskq.message import IDEMPOTENCY_KEY, TASK, Envelope, decode
+from taskq.received import normalize_received
 from taskq.request import Request
 from taskq.retry import (
     Decision,
@@ -134,6 +136,12 @@ class WorkerLoop:
     def run(self) -> None:
         """Consume until asked to stop, ``max_tasks_per_child`` is reached or the parent dies.
 
+        Whatever a message carries (properties and headers of any AMQP type, from any
+        client), it must not take the process down: properties and header names are made
+        ``str`` before any check, and an exception nobody foresaw while handling one delivery
+        is contained to it (logged, the delivery dead-lettered as ``WorkerError``); the loop
+        goes on with the next.
+
         Raises:
             TopologyError: the queues cannot be declared as configured.
         """
@@ -154,13 +162,16 @@ class WorkerLoop:
                 batch += subscription.get_ready(batch_max)
                 # Even for one delivery: it also forgets the previous batch's checks, whose
                 # deliveries may not have run (stale channel, stop) and may come back later.
-                self._precheck(batch)
+                self._precheck_or_skip(batch)
             for item in batch:
                 if self._is_stopping():
                     break  # unacked: the broker requeues what was not started
                 if item.generation != subscription.generation:
                     continue  # its channel died; the broker already put the message back
-                handle(item)
+                try:
+                    handle(item)
+                except Exception as exc:  # a taskq bug, or a message nobody foresaw
+                    self._contain(item, exc)
                 if max_tasks and self.tasks_done >= max_tasks:
                     logger.info("ran %d tasks (max_tasks_per_child); recycling",
                                 self.tasks_done)
@@ -170,17 +181,61 @@ class WorkerLoop:
         # A method, not the attribute: a signal handler may set it between two deliveries.
         return self.stop_requested
 
+    def _precheck_or_skip(self, batch: list[Delivery]) -> None:
+        """:meth:`_precheck`; should it fail, each task checks its own key when it runs."""
+        try:
+            self._precheck(batch)
+        except Exception:
+            logger.exception("the idempotency pre-check of %d deliveries failed; each task "
+                             "checks its key when it runs", len(batch))
+            self._dedupe.precheck([])  # forget the previous batch's checks all the same
+
     def _precheck(self, batch: list[Delivery]) -> None:
         """One SELECT for the idempotency keys of the deliveries in hand (see Deduplicator)."""
         keys = []
+        plans = self._plans
         for delivery in batch:
-            headers = delivery.message.headers
-            plan = self._plans.get(headers.get(TASK))  # type: ignore[arg-type]
+            message = delivery.message = normalize_received(delivery.message)
+            headers = message.headers
+            name = headers.get(TASK)
+            # Any AMQP type may arrive here; a list or table is unhashable.
+            plan = plans.get(name) if name.__class__ is str else None
             if plan is not None and plan.idempotent and not plan.transactional:
-                key = headers.get(IDEMPOTENCY_KEY) or delivery.message.message_id
+                key = headers.get(IDEMPOTENCY_KEY) or message.message_id
                 if isinstance(key, str):
                     keys.append(key)
         self._dedupe.precheck(keys)
+
+    def _contain(self, delivery: Delivery, exc: Exception) -> None:
+        """Settle a delivery whose handling raised: dead-letter it, else requeue it later.
+
+        Everything after a delivery's ack or dead letter is logging and observers (which
+        isolate their own failures), so a delivery that got here is not settled yet.
+        """
+        message = delivery.message
+        name = message.headers.get(TASK) if isinstance(message.headers, dict) else None
+        shown = name if isinstance(name, str) else "(unknown task)"
+        logger.exception(
+            "task %s[%s] from %s: the worker failed while handling the message (%s: %s); "
+            "dead-lettering it", shown, message.message_id, delivery.queue,
+            type(exc).__name__, exc,
+        )
+        self._slot.release()  # it may have failed with the task in hand: no hard limit now
+        error = (f"the worker failed while handling this message (not the task): "
+                 f"{type(exc).__name__}: {exc}")
+        try:
+            self._dead_letters.dead_letter(
+                delivery, "WorkerError", error,
+                traceback="".join(traceback.format_exception(exc)),
+            )
+        except Exception:
+            logger.exception(
+                "task %s[%s] from %s could not be dead-lettered either; returning it to the "
+                "queue in %.1fs", shown, message.message_id, delivery.queue,
+                DEAD_LETTER_RETRY_PAUSE_S,
+            )
+            time.sleep(DEAD_LETTER_RETRY_PAUSE_S)
+            delivery.reject(requeue=True)
 
     def handle(self, delivery: Delivery) -> None:
         """Take one delivery to exactly one outcome action."""
@@ -220,7 +275,8 @@ class WorkerLoop:
         Returns ``None`` when the delivery was settled here (dead-lettered or sent back to
         wait), else the envelope and the task's plan.
         """
-        message = delivery.message
+        # Before anything reads it: str properties and header names, whoever sent it.
+        message = delivery.message = normalize_received(delivery.message)
         size = len(message.body)
         if size > self._max_size:
             self._dead_letters.dead_letter(

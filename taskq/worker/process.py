@@ -37,6 +37,8 @@ logger = logging.getLogger(__name__)
 EXIT_OK = 0
 # The app cannot be loaded or the topology conflicts: restarting cannot help.
 EXIT_FATAL = 78  # EX_CONFIG
+# An unexpected error outside any one delivery: the supervisor replaces the process.
+EXIT_FAILED = 1
 # Second SIGTERM: left without finishing the task in hand.
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
@@ -204,6 +206,14 @@ def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
     except (TopologyError, ConfigurationError) as exc:
         logger.error("%s", exc)
         code = EXIT_FATAL
+    except Exception:
+        # The loop contains what goes wrong with one delivery; this is the consumer itself
+        # (e.g. its I/O thread failed). Closing returns every unacked message to the queue.
+        logger.exception(
+            "worker process %d failed; exiting so that the supervisor replaces it (its "
+            "unacked messages return to the queue)", spec.index,
+        )
+        code = EXIT_FAILED
     finally:
         subscription.stop_consuming()
         subscription.close()

@@ -11,7 +11,8 @@ PACKAGE = Path(__file__).resolve().parents[2] / "taskq"
 
 LAYERS = {
     1: {
-        "errors", "settings", "codec", "message", "retry", "request", "broker.topology",
+        "errors", "settings", "codec", "message", "received", "retry", "request",
+        "broker.topology",
         "_clock",
     },
     2: {
