@@ -12,7 +12,13 @@ one). Three ways to use it, from weakest to strongest:
   writes through, and committed with them (:meth:`IdempotencyStore.claim`). A concurrent
   duplicate blocks on the unique key until the first transaction ends, then sees the
   conflict and is acknowledged as a duplicate; a rollback leaves neither key nor writes.
-  Effects in that database happen exactly once.
+  Effects in that database happen exactly once. If the connection is lost during COMMIT the
+  outcome is unknown to the worker; the delivery goes back to the queue, and on redelivery
+  the key row decides: committed, the copy is a duplicate and acked; not committed, it runs
+  again.
+
+Connection failures of taskq's own database are infrastructure faults, not task failures
+(:func:`is_database_outage`, DESIGN §8): the worker sends the delivery back to its queue.
 """
 
 from __future__ import annotations
@@ -33,6 +39,53 @@ from taskq.schema import processed_table
 logger = logging.getLogger(__name__)
 
 _KEY = processed_table.c.key
+
+
+# SQLSTATE classes and codes that mean the session is gone or the server unavailable:
+# connection exceptions (08...), admin/crash shutdown and "cannot connect now" (57P0x).
+_OUTAGE_SQLSTATE_CLASSES = ("08",)
+_OUTAGE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+
+
+def is_database_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database could not be reached (not what the SQL did).
+
+    Decided by exception type and attributes, never by message text: an
+    :class:`~taskq.errors.IdempotencyError`; an SQLAlchemy error whose connection was
+    invalidated (its dialect recognised a disconnect); a psycopg ``OperationalError`` with no
+    SQLSTATE (the client lost or could not open the connection) or a connection-class one.
+    A statement timeout, a deadlock, an ``IntegrityError`` or a ``ProgrammingError`` in the
+    task's own SQL are not outages. The cause chain is followed.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, IdempotencyError):
+            return True
+        if isinstance(current, sa.exc.DBAPIError):
+            if current.connection_invalidated:
+                return True
+            orig = current.orig
+            if isinstance(orig, BaseException) and _is_driver_outage(orig):
+                return True
+        elif _is_driver_outage(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _is_driver_outage(exc: BaseException) -> bool:
+    try:
+        import psycopg
+    except ImportError:  # not installed: no PostgreSQL here
+        return False
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate is None:
+        return True
+    return sqlstate[:2] in _OUTAGE_SQLSTATE_CLASSES or sqlstate in _OUTAGE_SQLSTATES
 
 
 class IdempotencyStore:

@@ -2,9 +2,9 @@
 
 The loop asks :class:`Deduplicator` to run a task whose plan is ``idempotent``; it answers
 with the task's :data:`~taskq.worker.execution.Outcome`, or with :class:`Duplicate` (the key
-is already recorded: ack without running) or :class:`Unavailable` (the table could not be
-reached: requeue, do not run blind). See :mod:`taskq.idempotency` for the guarantees of each
-mode.
+is already recorded: ack without running) or :class:`Unavailable` (taskq's database could
+not be reached: an infrastructure fault, the delivery goes back to its queue without using
+an attempt). See :mod:`taskq.idempotency` for the guarantees of each mode.
 """
 
 from __future__ import annotations
@@ -15,9 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from taskq.errors import IdempotencyError
-from taskq.worker.execution import Outcome, Succeeded, failure
+from taskq.idempotency import is_database_outage
+from taskq.worker.execution import Failed, Outcome, Succeeded, failure
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from taskq.app import App
     from taskq.idempotency import IdempotencyStore
 
@@ -33,7 +36,7 @@ class Duplicate:
 
 @dataclass(frozen=True, slots=True)
 class Unavailable:
-    """The idempotency table could not be reached; the message goes back to the queue."""
+    """taskq's database could not be reached; the message goes back to the queue."""
 
     error: str
 
@@ -105,7 +108,7 @@ class Deduplicator:
         the others are marked checked, so running them costs no further SELECT. A key
         recorded by another process between this check and the run is the same window a
         per-task check leaves between SELECT and run. On a database error nothing is
-        remembered: each task then checks on its own (and is requeued if that fails too).
+        remembered: each task then checks on its own (and is sent back if that fails too).
         """
         self._checked.clear()
         if len(self._recorded) > _RECORDED_MAX:
@@ -142,13 +145,48 @@ class Deduplicator:
         try:
             outcome = execute({**kwargs, "session": session})
             if outcome.__class__ is Succeeded:
-                try:
-                    session.commit()
-                except Exception as exc:  # the commit decides: no key, no writes
-                    session.rollback()
-                    return failure(exc, outcome.duration_s)
-            else:
-                session.rollback()
+                return _commit(session, outcome, task)
+            _rollback(session)
+            if isinstance(outcome, Failed) and outcome.exc is not None:
+                if is_database_outage(outcome.exc):
+                    # The session lost its connection: nothing was committed, the task did
+                    # not fail; it runs again once the database is back.
+                    return Unavailable(_outage(task, "its statement", outcome.exc))
             return outcome
         finally:
-            session.close()
+            _close(session)
+
+
+def _commit(session: Session, outcome: Succeeded, task: str) -> Outcome | Unavailable:
+    """Commit a transactional task's writes with its key; the commit decides."""
+    try:
+        session.commit()
+    except Exception as exc:  # no key, no writes
+        _rollback(session)
+        if is_database_outage(exc):
+            # Perhaps committed, perhaps not: the key row tells when the copy comes back.
+            return Unavailable(_outage(task, "its commit", exc))
+        return failure(exc, outcome.duration_s)
+    return outcome
+
+
+def _outage(task: str, what: str, exc: BaseException) -> str:
+    first_line = str(exc).splitlines()[0] if str(exc) else ""
+    return (
+        f"the database connection of task {task}'s transaction was lost during {what} "
+        f"({type(exc).__name__}: {first_line})"
+    )
+
+
+def _rollback(session: Session) -> None:
+    try:
+        session.rollback()
+    except Exception:  # a lost connection cannot roll back; the server already did
+        logger.debug("rollback of a transactional task failed", exc_info=True)
+
+
+def _close(session: Session) -> None:
+    try:
+        session.close()
+    except Exception:
+        logger.debug("closing the session of a transactional task failed", exc_info=True)

@@ -6,8 +6,10 @@ ack on success; a retry the policy allows (:mod:`taskq.retry`) is published thro
 backend (confirmed) and *then* the delivery acked (:mod:`~taskq.worker.retrying`); otherwise a
 copy goes to the dead-letter exchange (confirmed) and *then* the delivery is acked
 (:mod:`~taskq.worker.dead_letters`). Redelivered messages that killed their processes are
-settled by :mod:`~taskq.worker.crash_loops`. If a publish fails the delivery is
-requeued rather than acked, so nothing is ever dropped silently.
+settled by :mod:`~taskq.worker.crash_loops`. If a publish fails the delivery is held and
+the publish retried, never acked unpublished; a delivery that met an infrastructure fault
+before its task ran (taskq's database unreachable) goes back to its queue without using an
+attempt (:mod:`~taskq.worker.infra_faults`), so nothing is ever dropped silently.
 
 This is the hot path. Everything that can be is computed once in ``__init__`` (task plans,
 log-level checks, the size limit); per message there are no imports, no string formatting
@@ -36,7 +38,7 @@ from taskq.retry import (
 )
 from taskq.task import Request
 from taskq.worker.crash_loops import CrashLoopGuard
-from taskq.worker.dead_letters import DEAD_LETTER_RETRY_PAUSE_S, DeadLetterer, log_fields
+from taskq.worker.dead_letters import DeadLetterer, log_fields
 from taskq.worker.dedupe import Deduplicator, Duplicate, Unavailable
 from taskq.worker.events import Observers, TaskEvent
 from taskq.worker.execution import (
@@ -47,6 +49,7 @@ from taskq.worker.execution import (
     execute,
     in_task_context,
 )
+from taskq.worker.infra_faults import Hold, SendBack
 from taskq.worker.retrying import Retrier
 
 if TYPE_CHECKING:
@@ -111,13 +114,15 @@ class WorkerLoop:
         # Deliveries taken together for one idempotency SELECT (0: no idempotent task).
         checkable = any(p.idempotent and not p.transactional for p in self._plans.values())
         self._batch_max = max(0, settings.prefetch_count - 1) if checkable else 0
-        self._retrier = Retrier(app)
         self._default_policy = RetryPolicy.from_settings(settings)
         self._debug = logger.isEnabledFor(logging.DEBUG)
         self._info = logger.isEnabledFor(logging.INFO)
         self._parent_pid = os.getppid()
         self._observers = observers if observers is not None else Observers()
-        self._dead_letters = DeadLetterer(app, self._observers)
+        hold = Hold(lambda: subscription.generation, self._is_stopping)
+        self._dead_letters = DeadLetterer(app, self._observers, hold=hold)
+        self._retrier = Retrier(app, hold=hold, dead_letters=self._dead_letters)
+        self._send_back = SendBack(self._retrier.send_back)
         self._crash_loops = CrashLoopGuard(
             ledger, sibling_slots, max_deaths=settings.max_process_deaths,
             dead_letters=self._dead_letters, retrier=self._retrier, decide=self._decide,
@@ -288,13 +293,9 @@ class WorkerLoop:
                 )
             return None
         if isinstance(result, Unavailable):
-            logger.error(
-                "task %s[%s] from %s not run: %s; returning it to the queue",
-                name, task_id, delivery.queue, result.error,
-            )
-            time.sleep(DEAD_LETTER_RETRY_PAUSE_S)
-            delivery.reject(requeue=True)
+            self._send_back(delivery, task=name, task_id=task_id, reason=result.error)
             return None
+        self._send_back.recovered()
         return result
 
     def _execute(
