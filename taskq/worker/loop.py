@@ -39,7 +39,7 @@ from taskq.retry import (
 from taskq.task import Request
 from taskq.worker.crash_loops import CrashLoopGuard
 from taskq.worker.dead_letters import DeadLetterer, log_fields
-from taskq.worker.dedupe import Deduplicator, Duplicate, Unavailable
+from taskq.worker.dedupe import Busy, Deduplicator, Duplicate, Unavailable
 from taskq.worker.events import Observers, TaskEvent
 from taskq.worker.execution import (
     Failed,
@@ -49,7 +49,7 @@ from taskq.worker.execution import (
     execute,
     in_task_context,
 )
-from taskq.worker.infra_faults import Hold, SendBack
+from taskq.worker.infra_faults import FaultBackoff, Hold, SendBack
 from taskq.worker.retrying import Retrier
 
 if TYPE_CHECKING:
@@ -123,6 +123,8 @@ class WorkerLoop:
         self._dead_letters = DeadLetterer(app, self._observers, hold=hold)
         self._retrier = Retrier(app, hold=hold, dead_letters=self._dead_letters)
         self._send_back = SendBack(self._retrier.send_back)
+        # A copy found claimed by another process waits about this long before it is due.
+        self._busy_send_back = SendBack(self._retrier.send_back, FaultBackoff(2.0, 2.0))
         self._crash_loops = CrashLoopGuard(
             ledger, sibling_slots, max_deaths=settings.max_process_deaths,
             dead_letters=self._dead_letters, retrier=self._retrier, decide=self._decide,
@@ -291,6 +293,12 @@ class WorkerLoop:
                 self._observers.duplicate(
                     TaskEvent(task_id, name, delivery.queue, envelope.retries)
                 )
+            return None
+        if isinstance(result, Busy):
+            self._busy_send_back(
+                delivery, task=name, task_id=task_id,
+                reason=f"key {key} is claimed by another worker process running a copy",
+            )
             return None
         if isinstance(result, Unavailable):
             self._send_back(delivery, task=name, task_id=task_id, reason=result.error)
