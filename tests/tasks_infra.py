@@ -67,3 +67,11 @@ def retry_once_after_gate(self: Any, path: str, gate: str) -> None:
 def mark(path: str) -> None:
     """Append one ``ran`` line (an ``idempotent=True`` task, the default)."""
     append_line(path, "ran")
+
+
+@app.task
+def slow_mark(path: str, seconds: float) -> None:
+    """Append ``start``, sleep, append ``done`` (an ``idempotent=True`` task)."""
+    append_line(path, "start")
+    time.sleep(seconds)
+    append_line(path, "done")

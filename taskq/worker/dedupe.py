@@ -57,6 +57,9 @@ class Unavailable:
 
 
 Execute = Callable[[dict[str, Any]], Outcome]
+#: Retries a call that failed with IdempotencyError while the delivery is held; ``True``
+#: once it succeeded (see :meth:`taskq.worker.infra_faults.Hold.retry`).
+RetryCall = Callable[[Callable[[], object]], bool]
 
 # Recently recorded keys kept in memory per process (cleared past this size).
 _RECORDED_MAX = 10_000
@@ -98,8 +101,13 @@ class Deduplicator:
         execute: Execute,
         *,
         transactional: bool,
+        retry_record: RetryCall | None = None,
     ) -> Outcome | Duplicate | Busy | Unavailable:
-        """Run ``execute(kwargs)`` at most once per ``key`` (see the module docstring)."""
+        """Run ``execute(kwargs)`` at most once per ``key`` (see the module docstring).
+
+        ``retry_record`` keeps trying to record the key of a task that succeeded while the
+        database is unreachable (the task must not run again because of it).
+        """
         if transactional:
             return self._run_in_transaction(key, task, kwargs, execute)
         if key in self._recorded:
@@ -116,7 +124,7 @@ class Deduplicator:
             return refusal
         outcome = execute(kwargs)
         if outcome.__class__ is Succeeded:
-            self._record(key, task)
+            self._record(key, task, retry_record)
         self._batch_key_done(key)
         return outcome
 
@@ -188,15 +196,19 @@ class Deduplicator:
         self._held.clear()
         self._ready.clear()
 
-    def _record(self, key: str, task: str) -> None:
+    def _record(self, key: str, task: str, retry_record: RetryCall | None) -> None:
         self._recorded.add(key)
         try:
             self.store.record(key, task)
+            return
         except IdempotencyError as exc:
-            # The task has run; running it again because its key was not written would be
-            # worse than the small window this leaves for a duplicate.
             self._lost_claims()
-            logger.error("task %s succeeded but its key was not recorded: %s", task, exc)
+            error = exc
+        if retry_record is not None and retry_record(lambda: self.store.record(key, task)):
+            return
+        # The task has run; running it again because its key was not written would be
+        # worse than the small window this leaves for a duplicate.
+        logger.error("task %s succeeded but its key %s was not recorded: %s", task, key, error)
 
     def _run_in_transaction(
         self, key: str, task: str, kwargs: dict[str, Any], execute: Execute

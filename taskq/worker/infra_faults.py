@@ -11,11 +11,13 @@ wrong. Two cases, two answers:
   ``x-delivery-limit`` and, repeated through an outage, park a healthy message in ``Q.dlq``
   with no reason on it. The backoff grows while faults follow each other in this process and
   starts again after a success.
-- **After the task ran** (publishing its retry or its dead letter, or a send-back copy):
-  running the body again would repeat finished work, so :class:`Hold` keeps the delivery
-  unacked and retries the publish with capped exponential backoff for as long as the delivery
-  can still be acked: its channel is alive and the worker is not stopping. Only then is it
-  requeued (a lost channel has requeued it already).
+- **After the task ran** (publishing its retry or its dead letter, or a send-back copy;
+  recording the key of an ``idempotent=True`` task that succeeded): running the body again
+  would repeat finished work, so :class:`Hold` keeps the delivery unacked and retries with
+  capped exponential backoff for as long as the delivery can still be acked: its channel is
+  alive and the worker is not stopping. Only then does it give up: a publish returns the
+  delivery to the queue (a lost channel has requeued it already); a key that still cannot
+  be recorded is logged and the delivery acked, as running the task again would be worse.
 
 What counts as unreachable is decided by exception type, never by message text: broker
 errors taskq raises (:class:`~taskq.errors.PublishError`, ``BrokerConnectionError``,
@@ -82,27 +84,47 @@ class Hold:
         Raises:
             Exception: anything that is not a broker fault, unchanged (a bug: not retried).
         """
+        return self.retry(
+            delivery, publish, what=what, done="published", faults=BROKER_FAULTS,
+            repair="the broker path (queue full, delay tier or plugin, connection)",
+        )
+
+    def retry(
+        self,
+        delivery: Delivery,
+        call: Callable[[], object],
+        *,
+        what: str,
+        done: str,
+        faults: tuple[type[BaseException], ...],
+        repair: str,
+    ) -> BaseException | None:
+        """Call ``call()`` until it returns; retry ``faults`` with backoff while held.
+
+        Returns:
+            ``None`` once it returned; else the last fault, when the delivery could no
+            longer be held (channel lost, worker stopping).
+        """
         pause_s = HOLD_FIRST_PAUSE_S
         attempts = 0
         while True:
             try:
-                publish()
-            except BROKER_FAULTS as exc:
+                call()
+            except faults as exc:
                 attempts += 1
                 # ERROR once, then WARNING per attempt: the pauses grow, so do not the lines.
                 logger.log(
                     logging.ERROR if attempts == 1 else logging.WARNING,
-                    "%s could not be published (attempt %d: %s); holding the delivery and "
-                    "trying again in %.1fs (the task is not run again); repair the broker "
-                    "path (queue full, delay tier or plugin, connection)",
-                    what, attempts, exc, pause_s,
+                    "%s could not be %s (attempt %d: %s); holding the delivery and trying "
+                    "again in %.1fs (the task is not run again); repair %s",
+                    what, done, attempts, exc, pause_s, repair,
                 )
                 if not self._wait(delivery, pause_s):
                     return exc
                 pause_s = min(pause_s * 2, HOLD_MAX_PAUSE_S)
                 continue
             if attempts:
-                logger.warning("%s published after %d failed attempts", what, attempts)
+                logger.warning("%s %s after %d failed attempts", what, done, attempts)
             return None
 
     def can_hold(self, delivery: Delivery) -> bool:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from taskq.errors import DecodeError, Retry
+from taskq.errors import DecodeError, IdempotencyError, Retry
 from taskq.message import IDEMPOTENCY_KEY, TASK, Envelope, decode
 from taskq.retry import (
     Decision,
@@ -119,7 +119,7 @@ class WorkerLoop:
         self._info = logger.isEnabledFor(logging.INFO)
         self._parent_pid = os.getppid()
         self._observers = observers if observers is not None else Observers()
-        hold = Hold(lambda: subscription.generation, self._is_stopping)
+        hold = self._hold = Hold(lambda: subscription.generation, self._is_stopping)
         self._dead_letters = DeadLetterer(app, self._observers, hold=hold)
         self._retrier = Retrier(app, hold=hold, dead_letters=self._dead_letters)
         self._send_back = SendBack(self._retrier.send_back)
@@ -280,6 +280,11 @@ class WorkerLoop:
             envelope.kwargs,
             lambda kwargs: self._execute(plan, envelope, kwargs, delivery),
             transactional=plan.transactional,
+            retry_record=lambda record: self._hold.retry(
+                delivery, record, faults=(IdempotencyError,), done="recorded",
+                what=f"task {name}[{task_id}] from {delivery.queue}: its idempotency key",
+                repair="the connection to taskq's database",
+            ) is None,
         )
         if isinstance(result, Duplicate):
             delivery.ack()

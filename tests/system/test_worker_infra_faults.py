@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from taskq import App
 from taskq.broker.topology import dlq_name
+from taskq.schema import processed_table
 from tests import tasks_infra
 from tests.support.proxy import TcpProxy
 from tests.support.waiting import wait_until
@@ -172,3 +173,32 @@ def test_a_database_outage_does_not_use_up_a_quorum_queues_delivery_limit(
                message=worker.log)
     assert broker.depth(dlq_name(queue)) == 0
     assert count_runs(runs) == 1
+
+
+@pytest.mark.slow
+def test_a_key_that_cannot_be_recorded_after_success_is_retried_not_dropped(
+    make_app: Callable[..., App], postgres_url: str, pg_proxy: TcpProxy,
+    start_worker: Callable[..., Worker], runs: str,
+) -> None:
+    # Given an idempotent task running while taskq's database becomes unreachable
+    app = make_app(database_url=postgres_url)
+    worker = _start(start_worker, "-c", "1", database_url=_through(pg_proxy, postgres_url))
+    worker.wait_consuming(1)
+    result = send(app, tasks_infra.slow_mark, runs, 1.0)
+    wait_until(lambda: count_runs(runs, "start") == 1, timeout_s=20, message=worker.log)
+    pg_proxy.cut()
+
+    # When the task succeeds but its key cannot be written, and the database comes back
+    wait_until(lambda: count_runs(runs, "done") == 1, timeout_s=20, message=worker.log)
+    wait_until(lambda: "could not be recorded" in worker.log()
+               or "was not recorded" in worker.log(), timeout_s=20, message=worker.log)
+    pg_proxy.restore()
+
+    # Then the key is recorded (a later duplicate is recognised), and the task ran once
+    with app.engine.connect() as conn:
+        def recorded() -> bool:
+            query = sa.select(processed_table.c.key).where(processed_table.c.key == result.id)
+            return conn.execute(query).first() is not None
+
+        wait_until(recorded, timeout_s=30, message=worker.log)
+    assert count_runs(runs, "start") == 1
