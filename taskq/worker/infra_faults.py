@@ -175,25 +175,32 @@ SendBackCopy = Callable[..., bool]
 
 
 class SendBack:
-    """Returns a delivery that met a database fault to its queue, no attempt used.
+    """Returns a delivery to its queue, no attempt used: a database fault, a busy key.
 
     Args:
         send_back: Publishes the unchanged copy due in ``delay_s`` then acks the delivery
             (:meth:`taskq.worker.retrying.Retrier.send_back`).
         backoff: The delays; one per worker process.
+        kind: What happened, for the log.
     """
 
-    def __init__(self, send_back: SendBackCopy, backoff: FaultBackoff | None = None) -> None:
+    def __init__(
+        self,
+        send_back: SendBackCopy,
+        backoff: FaultBackoff | None = None,
+        *,
+        kind: str = "an infrastructure fault, not a task failure",
+    ) -> None:
         self._send_back = send_back
         self._backoff = backoff or FaultBackoff()
+        self._kind = kind
 
     def __call__(self, delivery: Delivery, *, task: str, task_id: str, reason: str) -> None:
-        """Send ``delivery`` back because of ``reason`` (an infrastructure fault)."""
+        """Send ``delivery`` back because of ``reason``."""
         delay_s = self._backoff.next_s()
         logger.warning(
-            "task %s[%s] from %s not run: %s; an infrastructure fault, not a task failure: "
-            "back to the queue in %.1fs (no retry attempt used)",
-            task, task_id, delivery.queue, reason, delay_s,
+            "task %s[%s] from %s not run: %s; %s: back to the queue in %.1fs (no retry "
+            "attempt used)", task, task_id, delivery.queue, reason, self._kind, delay_s,
             extra={"task_id": task_id, "task": task, "queue": delivery.queue},
         )
         self._send_back(delivery, task=task, delay_s=delay_s)

@@ -111,7 +111,8 @@ class WorkerLoop:
         self._max_tasks = settings.max_tasks_per_child
         self._plans = {task.name: _plan(task) for task in app.registry}
         self._dedupe = Deduplicator(app)
-        # Deliveries taken together for one idempotency SELECT (0: no idempotent task).
+        # Deliveries whose idempotency keys are claimed and checked together (0: no
+        # idempotent task).
         checkable = any(p.idempotent and not p.transactional for p in self._plans.values())
         self._batch_max = max(0, settings.prefetch_count - 1) if checkable else 0
         self._default_policy = RetryPolicy.from_settings(settings)
@@ -124,7 +125,10 @@ class WorkerLoop:
         self._retrier = Retrier(app, hold=hold, dead_letters=self._dead_letters)
         self._send_back = SendBack(self._retrier.send_back)
         # A copy found claimed by another process waits about this long before it is due.
-        self._busy_send_back = SendBack(self._retrier.send_back, FaultBackoff(2.0, 2.0))
+        self._busy_send_back = SendBack(
+            self._retrier.send_back, FaultBackoff(2.0, 2.0),
+            kind="it may run there; if that copy fails or dies, this one runs",
+        )
         self._crash_loops = CrashLoopGuard(
             ledger, sibling_slots, max_deaths=settings.max_process_deaths,
             dead_letters=self._dead_letters, retrier=self._retrier, decide=self._decide,
