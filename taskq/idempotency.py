@@ -4,20 +4,34 @@ Every message carries a key (``taskq-idempotency-key``, the task id unless the p
 one). Three ways to use it, from weakest to strongest:
 
 - ``idempotent=False``: no database round trip; a duplicate delivery runs again.
-- ``idempotent=True`` (default): :meth:`IdempotencyStore.is_done` before running (one
-  SELECT), :meth:`IdempotencyStore.record` right after success (one INSERT). A crash between
-  the task's external side effect and the INSERT can repeat that side effect on redelivery;
-  so can two copies running at the same moment in two processes.
+- ``idempotent=True`` (default): the key is *claimed* before running, checked, and
+  :meth:`IdempotencyStore.record` ed right after success (one INSERT). On PostgreSQL the
+  claim is a session-level advisory lock on the key (:meth:`IdempotencyStore.claim_many`,
+  one statement for a whole prefetch batch): a second copy in another process finds the key
+  claimed and goes back to the queue instead of running beside the first, and the check runs
+  after the claim is taken, so its answer cannot be stale. The lock belongs to the worker
+  process's database session, so a process that dies mid-task releases it with its
+  connection: a copy sent back meanwhile then runs (never lost). On SQLite there is no such
+  lock; the key is checked right before running, which leaves two copies that start at the
+  same moment free to both run. A crash between the task's external side effect and the
+  INSERT can repeat that side effect on redelivery.
 - ``transactional=True``: the key is inserted *first*, in the same transaction the task
   writes through, and committed with them (:meth:`IdempotencyStore.claim`). A concurrent
   duplicate blocks on the unique key until the first transaction ends, then sees the
   conflict and is acknowledged as a duplicate; a rollback leaves neither key nor writes.
-  Effects in that database happen exactly once.
+  Effects in that database happen exactly once. If the connection is lost during COMMIT the
+  outcome is unknown to the worker; the delivery goes back to the queue, and on redelivery
+  the key row decides: committed, the copy is a duplicate and acked; not committed, it runs
+  again.
+
+Connection failures of taskq's own database are infrastructure faults, not task failures
+(:func:`is_database_outage`, DESIGN §8): the worker sends the delivery back to its queue.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -33,6 +47,56 @@ from taskq.schema import processed_table
 logger = logging.getLogger(__name__)
 
 _KEY = processed_table.c.key
+
+
+# SQLSTATE classes and codes that mean the session is gone or the server unavailable:
+# connection exceptions (08...), admin/crash shutdown and "cannot connect now" (57P0x).
+_OUTAGE_SQLSTATE_CLASSES = ("08",)
+_OUTAGE_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+# Seed of the advisory-lock key hash; a constant of taskq's own, so that the locks of its
+# keys do not land on the bigint locks an application derives with the default seed.
+_CLAIM_SEED = 0x7461736B71  # "taskq"
+
+
+def is_database_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database could not be reached (not what the SQL did).
+
+    Decided by exception type and attributes, never by message text: an
+    :class:`~taskq.errors.IdempotencyError`; an SQLAlchemy error whose connection was
+    invalidated (its dialect recognised a disconnect); a psycopg ``OperationalError`` with no
+    SQLSTATE (the client lost or could not open the connection) or a connection-class one.
+    A statement timeout, a deadlock, an ``IntegrityError`` or a ``ProgrammingError`` in the
+    task's own SQL are not outages. The cause chain is followed.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, IdempotencyError):
+            return True
+        if isinstance(current, sa.exc.DBAPIError):
+            if current.connection_invalidated:
+                return True
+            orig = current.orig
+            if isinstance(orig, BaseException) and _is_driver_outage(orig):
+                return True
+        elif _is_driver_outage(current):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+def _is_driver_outage(exc: BaseException) -> bool:
+    try:
+        import psycopg
+    except ImportError:  # not installed: no PostgreSQL here
+        return False
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    sqlstate = getattr(exc, "sqlstate", None)
+    if sqlstate is None:
+        return True
+    return sqlstate[:2] in _OUTAGE_SQLSTATE_CLASSES or sqlstate in _OUTAGE_SQLSTATES
 
 
 class IdempotencyStore:
@@ -93,8 +157,13 @@ class IdempotencyStore:
                 logger.debug("error closing the idempotency connection", exc_info=True)
 
     def close(self) -> None:
-        """Close the kept connection (the engine's pool is the caller's)."""
-        self._drop_connection()
+        """Close the kept connection (the engine's pool is the caller's).
+
+        On PostgreSQL the connection is closed, not returned to the pool: its session may
+        hold claims (advisory locks), which must end with it rather than pass to the next
+        user of the pool.
+        """
+        self._drop_connection(invalidate=self._dialect == "postgresql")
 
     def is_done(self, key: str) -> bool:
         """Whether a task with this key already finished (one SELECT).
@@ -129,6 +198,58 @@ class IdempotencyStore:
         except Exception as exc:  # driver errors: this path bypasses SQLAlchemy for speed
             self._drop_connection(invalidate=True)
             raise self._error("check", keys[0], exc) from exc
+
+    @property
+    def claims_keys(self) -> bool:
+        """Whether :meth:`claim_many` can claim keys here (PostgreSQL advisory locks)."""
+        return self._dialect == "postgresql"
+
+    def claim_many(self, keys: Sequence[str], *, release: Sequence[str] = ()) -> list[str]:
+        """Claim ``keys`` for this session, releasing ``release`` first (one statement).
+
+        A claim is a session-level advisory lock on the key's hash, taken with
+        ``pg_try_advisory_lock`` (never waits). It lasts until released or until this
+        store's connection ends, so a dead worker process leaves no claim behind. Locks are
+        counted per session: a key claimed twice must be released twice. Check a claimed
+        key with :meth:`done_among` or :meth:`is_done` *after* this call returns: a check in
+        the same statement could read a snapshot older than the claim.
+
+        Args:
+            keys: Keys to claim (no duplicates).
+            release: Keys this session claimed earlier and is done with.
+
+        Returns:
+            The keys of ``keys`` now claimed; the others are claimed by another session.
+
+        Raises:
+            IdempotencyError: the database cannot be reached (every claim is then gone).
+        """
+        sql = (
+            "SELECT (SELECT count(*) FROM unnest(%s::text[]) AS r(k) "
+            f"WHERE pg_advisory_unlock(hashtextextended(r.k, {_CLAIM_SEED}))), "
+            "ARRAY(SELECT c.k FROM unnest(%s::text[]) AS c(k) "
+            f"WHERE pg_try_advisory_lock(hashtextextended(c.k, {_CLAIM_SEED})))"
+        )
+        try:
+            cursor = self._cursor()
+            cursor.execute(sql, (list(release), list(keys)))
+            row = cursor.fetchone()
+        except Exception as exc:  # driver errors: this path bypasses SQLAlchemy for speed
+            self._drop_connection(invalidate=True)
+            raise self._error("claim", keys[0] if keys else "", exc) from exc
+        return list(row[1]) if row is not None else []
+
+    def release_claims(self, keys: Sequence[str]) -> None:
+        """Release claims this session holds (one statement; errors only logged).
+
+        A failure means the connection is gone, and its claims with it.
+        """
+        if not keys:
+            return
+        try:
+            self.claim_many([], release=keys)
+        except IdempotencyError as exc:
+            logger.debug("releasing idempotency claims failed: %s", exc)
 
     def record(self, key: str, task: str) -> bool:
         """Record ``key`` as done (one INSERT, autocommit).

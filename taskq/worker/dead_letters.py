@@ -3,8 +3,14 @@
 The copy keeps body and properties; its headers drop RabbitMQ's ``x-death`` family and gain
 the ``taskq-error-*`` headers of DESIGN §4 (type, message, traceback, attempts, origin queue).
 It is published to the dead-letter exchange with confirms *before* the delivery is acked: a
-crash between the two leaves a duplicate dead letter, never a lost message. When the copy
-cannot be published the delivery is requeued after a pause instead.
+crash between the two leaves a duplicate dead letter, never a lost message.
+
+When the broker path fails, the delivery is held and the publish retried with backoff while
+it can still be acked (:class:`~taskq.worker.infra_faults.Hold`): a failed task's body must
+not run again because its dead letter could not be sent. A lost channel or a stopping worker
+returns it to the queue. Any other error while publishing is a bug: it is logged with its
+traceback and the delivery is rejected without requeue, so the broker dead-letters it to
+``Q.dlq`` itself (without the ``taskq-error-*`` headers, which could not be built).
 """
 
 from __future__ import annotations
@@ -13,9 +19,9 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any
 
-from taskq.errors import TaskqError
 from taskq.message import RETRIES, TASK, WireMessage, dead_letter_headers
 from taskq.worker.events import Observers, TaskEvent
+from taskq.worker.infra_faults import Hold
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -34,10 +40,13 @@ class DeadLetterer:
     Args:
         app: Its publisher, dead-letter exchange and ``traceback_max_chars``.
         observers: Told about each dead letter (results, metrics).
+        hold: Retries a failed publish while the delivery is held; without one (tests), a
+            failed publish requeues the delivery at once.
     """
 
-    def __init__(self, app: App, observers: Observers) -> None:
+    def __init__(self, app: App, observers: Observers, *, hold: Hold | None = None) -> None:
         self._app = app
+        self._hold = hold or Hold(lambda: 0, lambda: True)
         self._dlx = app.topology.dlx
         self._traceback_max_chars = app.settings.traceback_max_chars
         self._observers = observers
@@ -68,17 +77,26 @@ class DeadLetterer:
         task = message.headers.get(TASK)
         task = task if isinstance(task, str) else None
         shown = task or "(unknown task)"
-        copy = self._copy(delivery, error_type, error, traceback, attempts)
         try:
-            self._app.publisher.publish(
-                copy, exchange=self._dlx, routing_key=delivery.queue, task=task
+            copy = self._copy(delivery, error_type, error, traceback, attempts)
+            fault = self._hold.publish(
+                delivery,
+                lambda: self._app.publisher.publish(
+                    copy, exchange=self._dlx, routing_key=delivery.queue, task=task
+                ),
+                what=f"task {shown}[{message.message_id}] from {delivery.queue}: its dead letter",
             )
-        except TaskqError as exc:
+        except Exception:  # a bug, not the broker: retrying would fail the same way
+            self._reject_to_broker_dlx(delivery, shown, error_type, error)
+            return True
+        if fault is not None:
             logger.error(
-                "task %s[%s] from %s could not be dead-lettered (%s); returning it to the "
-                "queue", shown, message.message_id, delivery.queue, exc,
+                "task %s[%s] from %s could not be dead-lettered (%s) and can no longer be "
+                "held (channel lost or worker stopping); returning it to the queue",
+                shown, message.message_id, delivery.queue, fault,
             )
-            time.sleep(DEAD_LETTER_RETRY_PAUSE_S)
+            if self._hold.can_hold(delivery):
+                time.sleep(DEAD_LETTER_RETRY_PAUSE_S)
             delivery.reject(requeue=True)
             return False
         delivery.ack()
@@ -94,6 +112,17 @@ class DeadLetterer:
                 error_type, error, traceback,
             )
         return True
+
+    def _reject_to_broker_dlx(
+        self, delivery: Delivery, shown: str, error_type: str, error: str
+    ) -> None:
+        logger.exception(
+            "task %s[%s] from %s: its dead letter (%s: %s) could not be built or published "
+            "because of an error in taskq; rejecting it so that the broker dead-letters it to "
+            "%s.dlq without taskq's reason headers", shown, delivery.message.message_id,
+            delivery.queue, error_type, error, delivery.queue,
+        )
+        delivery.reject(requeue=False)
 
     def _copy(
         self,

@@ -1,23 +1,34 @@
-"""Idempotent execution in the worker: skip what is done, record what succeeded.
+"""Idempotent execution in the worker: claim, skip what is done, record what succeeded.
 
 The loop asks :class:`Deduplicator` to run a task whose plan is ``idempotent``; it answers
 with the task's :data:`~taskq.worker.execution.Outcome`, or with :class:`Duplicate` (the key
-is already recorded: ack without running) or :class:`Unavailable` (the table could not be
-reached: requeue, do not run blind). See :mod:`taskq.idempotency` for the guarantees of each
-mode.
+is already recorded: ack without running), :class:`Busy` (another worker process holds the
+key's claim right now: send the copy back, it runs later if that one does not finish) or
+:class:`Unavailable` (taskq's database could not be reached: an infrastructure fault, the
+delivery goes back to its queue without using an attempt). See :mod:`taskq.idempotency` for
+the guarantees of each mode.
+
+On PostgreSQL the keys of the deliveries in hand are claimed and then checked in two
+statements per prefetch batch (:meth:`Deduplicator.precheck`), so a task costs one INSERT
+(its record) after that; the claims of a batch are released together when its last key has
+run, or with the next batch's claim statement.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from taskq.errors import IdempotencyError
-from taskq.worker.execution import Outcome, Succeeded, failure
+from taskq.idempotency import is_database_outage
+from taskq.worker.execution import Failed, Outcome, Succeeded, failure
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from taskq.app import App
     from taskq.idempotency import IdempotencyStore
 
@@ -32,13 +43,23 @@ class Duplicate:
 
 
 @dataclass(frozen=True, slots=True)
+class Busy:
+    """Another worker process holds the key's claim: a copy of this task is running there."""
+
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
 class Unavailable:
-    """The idempotency table could not be reached; the message goes back to the queue."""
+    """taskq's database could not be reached; the message goes back to the queue."""
 
     error: str
 
 
 Execute = Callable[[dict[str, Any]], Outcome]
+#: Retries a call that failed with IdempotencyError while the delivery is held; ``True``
+#: once it succeeded (see :meth:`taskq.worker.infra_faults.Hold.retry`).
+RetryCall = Callable[[Callable[[], object]], bool]
 
 # Recently recorded keys kept in memory per process (cleared past this size).
 _RECORDED_MAX = 10_000
@@ -55,10 +76,13 @@ class Deduplicator:
         self._app = app
         self._store: IdempotencyStore | None = None
         self.duplicates = 0
-        # Keys of the deliveries in hand already checked in one batch (not done then), and
-        # keys this process recorded recently: both spare a SELECT per task.
-        self._checked: set[str] = set()
+        # Keys this process recorded recently (spare a SELECT per duplicate); keys of the
+        # deliveries in hand claimed and found not done (PostgreSQL); keys another process
+        # had claimed at the batch's claim; claims this session holds (advisory locks count).
         self._recorded: set[str] = set()
+        self._ready: set[str] = set()
+        self._busy: set[str] = set()
+        self._held: Counter[str] = Counter()
 
     @property
     def store(self) -> IdempotencyStore:
@@ -77,57 +101,114 @@ class Deduplicator:
         execute: Execute,
         *,
         transactional: bool,
-    ) -> Outcome | Duplicate | Unavailable:
-        """Run ``execute(kwargs)`` at most once per ``key`` (see the module docstring)."""
+        retry_record: RetryCall | None = None,
+    ) -> Outcome | Duplicate | Busy | Unavailable:
+        """Run ``execute(kwargs)`` at most once per ``key`` (see the module docstring).
+
+        ``retry_record`` keeps trying to record the key of a task that succeeded while the
+        database is unreachable (the task must not run again because of it).
+        """
         if transactional:
             return self._run_in_transaction(key, task, kwargs, execute)
         if key in self._recorded:
             self.duplicates += 1
+            self._batch_key_done(key)
             return Duplicate(key)
-        if key in self._checked:
-            self._checked.discard(key)
-        else:
-            try:
-                if self.store.is_done(key):
-                    self.duplicates += 1
-                    return Duplicate(key)
-            except IdempotencyError as exc:
-                return Unavailable(str(exc))
+        try:
+            refusal = self._admit(key)
+        except IdempotencyError as exc:
+            self._lost_claims()
+            return Unavailable(str(exc))
+        if refusal is not None:
+            self._batch_key_done(key)
+            return refusal
         outcome = execute(kwargs)
         if outcome.__class__ is Succeeded:
-            self._record(key, task)
+            self._record(key, task, retry_record)
+        self._batch_key_done(key)
         return outcome
 
-    def precheck(self, keys: list[str]) -> None:
-        """Check the keys of the deliveries in hand in one SELECT (before running them).
+    def _admit(self, key: str) -> Duplicate | Busy | None:
+        """Claim (PostgreSQL) and check ``key`` unless its batch did; ``None``: run it."""
+        store = self.store
+        if key in self._ready:
+            return None
+        if key in self._busy:
+            return Busy(key)
+        if store.claims_keys:
+            if not store.claim_many([key]):
+                return Busy(key)
+            self._held[key] += 1
+        if store.is_done(key):
+            self.duplicates += 1
+            self._recorded.add(key)
+            return Duplicate(key)
+        return None
 
-        Keys found done are remembered as recorded (their deliveries become duplicates);
-        the others are marked checked, so running them costs no further SELECT. A key
-        recorded by another process between this check and the run is the same window a
-        per-task check leaves between SELECT and run. On a database error nothing is
-        remembered: each task then checks on its own (and is requeued if that fails too).
+    def precheck(self, keys: list[str]) -> None:
+        """Claim and check the keys of the deliveries in hand (before running them).
+
+        On PostgreSQL, one statement releases the previous batch's claims and claims these
+        keys, and a second one checks the claimed keys: keys found done become duplicates,
+        the others run with no further statement, keys claimed elsewhere are :class:`Busy`.
+        On SQLite only the keys found done are remembered; each task checks right before it
+        runs. On a database error nothing is remembered: each task then tries on its own
+        (and is sent back if that fails too).
         """
-        self._checked.clear()
+        self._ready.clear()
+        self._busy.clear()
         if len(self._recorded) > _RECORDED_MAX:
             self._recorded.clear()
         wanted = [key for key in dict.fromkeys(keys) if key not in self._recorded]
-        if len(wanted) < 2:
-            return
+        store = self.store
         try:
-            done = self.store.done_among(wanted)
+            if store.claims_keys:
+                self._claim_batch(wanted)
+            elif len(wanted) > 1:
+                self._recorded.update(store.done_among(wanted))
         except IdempotencyError:
-            return
-        self._recorded.update(done)
-        self._checked.update(key for key in wanted if key not in done)
+            self._lost_claims()
 
-    def _record(self, key: str, task: str) -> None:
+    def _claim_batch(self, wanted: list[str]) -> None:
+        store = self.store
+        release = list(self._held.elements())
+        if not wanted and not release:
+            return
+        claimed = store.claim_many(wanted, release=release)
+        self._held.clear()
+        self._held.update(claimed)
+        done = store.done_among(claimed)
+        self._recorded.update(done)
+        self._ready.update(key for key in claimed if key not in done)
+        self._busy.update(set(wanted).difference(claimed))
+
+    def _batch_key_done(self, key: str) -> None:
+        """Forget ``key``'s batch answers; release the claims once the batch has run."""
+        self._ready.discard(key)
+        self._busy.discard(key)
+        if self._held and not self._ready:
+            release = list(self._held.elements())
+            self._held.clear()
+            self.store.release_claims(release)
+
+    def _lost_claims(self) -> None:
+        """The connection failed: its claims ended with it."""
+        self._held.clear()
+        self._ready.clear()
+
+    def _record(self, key: str, task: str, retry_record: RetryCall | None) -> None:
         self._recorded.add(key)
         try:
             self.store.record(key, task)
+            return
         except IdempotencyError as exc:
-            # The task has run; running it again because its key was not written would be
-            # worse than the small window this leaves for a duplicate.
-            logger.error("task %s succeeded but its key was not recorded: %s", task, exc)
+            self._lost_claims()
+            error = exc
+        if retry_record is not None and retry_record(lambda: self.store.record(key, task)):
+            return
+        # The task has run; running it again because its key was not written would be
+        # worse than the small window this leaves for a duplicate.
+        logger.error("task %s succeeded but its key %s was not recorded: %s", task, key, error)
 
     def _run_in_transaction(
         self, key: str, task: str, kwargs: dict[str, Any], execute: Execute
@@ -142,13 +223,48 @@ class Deduplicator:
         try:
             outcome = execute({**kwargs, "session": session})
             if outcome.__class__ is Succeeded:
-                try:
-                    session.commit()
-                except Exception as exc:  # the commit decides: no key, no writes
-                    session.rollback()
-                    return failure(exc, outcome.duration_s)
-            else:
-                session.rollback()
+                return _commit(session, outcome, task)
+            _rollback(session)
+            if isinstance(outcome, Failed) and outcome.exc is not None:
+                if is_database_outage(outcome.exc):
+                    # The session lost its connection: nothing was committed, the task did
+                    # not fail; it runs again once the database is back.
+                    return Unavailable(_outage(task, "its statement", outcome.exc))
             return outcome
         finally:
-            session.close()
+            _close(session)
+
+
+def _commit(session: Session, outcome: Succeeded, task: str) -> Outcome | Unavailable:
+    """Commit a transactional task's writes with its key; the commit decides."""
+    try:
+        session.commit()
+    except Exception as exc:  # no key, no writes
+        _rollback(session)
+        if is_database_outage(exc):
+            # Perhaps committed, perhaps not: the key row tells when the copy comes back.
+            return Unavailable(_outage(task, "its commit", exc))
+        return failure(exc, outcome.duration_s)
+    return outcome
+
+
+def _outage(task: str, what: str, exc: BaseException) -> str:
+    first_line = str(exc).splitlines()[0] if str(exc) else ""
+    return (
+        f"the database connection of task {task}'s transaction was lost during {what} "
+        f"({type(exc).__name__}: {first_line})"
+    )
+
+
+def _rollback(session: Session) -> None:
+    try:
+        session.rollback()
+    except Exception:  # a lost connection cannot roll back; the server already did
+        logger.debug("rollback of a transactional task failed", exc_info=True)
+
+
+def _close(session: Session) -> None:
+    try:
+        session.close()
+    except Exception:
+        logger.debug("closing the session of a transactional task failed", exc_info=True)

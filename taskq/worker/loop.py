@@ -6,8 +6,10 @@ ack on success; a retry the policy allows (:mod:`taskq.retry`) is published thro
 backend (confirmed) and *then* the delivery acked (:mod:`~taskq.worker.retrying`); otherwise a
 copy goes to the dead-letter exchange (confirmed) and *then* the delivery is acked
 (:mod:`~taskq.worker.dead_letters`). Redelivered messages that killed their processes are
-settled by :mod:`~taskq.worker.crash_loops`. If a publish fails the delivery is
-requeued rather than acked, so nothing is ever dropped silently.
+settled by :mod:`~taskq.worker.crash_loops`. If a publish fails the delivery is held and
+the publish retried, never acked unpublished; a delivery that met an infrastructure fault
+before its task ran (taskq's database unreachable) goes back to its queue without using an
+attempt (:mod:`~taskq.worker.infra_faults`), so nothing is ever dropped silently.
 
 This is the hot path. Everything that can be is computed once in ``__init__`` (task plans,
 log-level checks, the size limit); per message there are no imports, no string formatting
@@ -25,7 +27,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from taskq.errors import DecodeError, ResultError, Retry
+from taskq.errors import DecodeError, IdempotencyError, ResultError, Retry
 from taskq.message import IDEMPOTENCY_KEY, TASK, Envelope, decode
 from taskq.received import normalize_received
 from taskq.request import Request
@@ -38,8 +40,8 @@ from taskq.retry import (
     resolve_policy,
 )
 from taskq.worker.crash_loops import CrashLoopGuard
-from taskq.worker.dead_letters import DEAD_LETTER_RETRY_PAUSE_S, DeadLetterer, log_fields
-from taskq.worker.dedupe import Deduplicator, Duplicate, Unavailable
+from taskq.worker.dead_letters import DeadLetterer, log_fields
+from taskq.worker.dedupe import Busy, Deduplicator, Duplicate, Unavailable
 from taskq.worker.events import Observers, TaskEvent
 from taskq.worker.execution import (
     Failed,
@@ -49,6 +51,7 @@ from taskq.worker.execution import (
     execute,
     in_task_context,
 )
+from taskq.worker.infra_faults import FaultBackoff, Hold, SendBack
 from taskq.worker.retrying import Retrier
 from taskq.worker.time_limits import delivery_key
 
@@ -111,16 +114,24 @@ class WorkerLoop:
         self._max_tasks = settings.max_tasks_per_child
         self._plans = {task.name: _plan(task) for task in app.registry}
         self._dedupe = Deduplicator(app)
-        # Deliveries taken together for one idempotency SELECT (0: no idempotent task).
+        # Deliveries whose idempotency keys are claimed and checked together (0: no
+        # idempotent task).
         checkable = any(p.idempotent and not p.transactional for p in self._plans.values())
         self._batch_max = max(0, settings.prefetch_count - 1) if checkable else 0
-        self._retrier = Retrier(app)
         self._default_policy = RetryPolicy.from_settings(settings)
         self._debug = logger.isEnabledFor(logging.DEBUG)
         self._info = logger.isEnabledFor(logging.INFO)
         self._parent_pid = os.getppid()
         self._observers = observers if observers is not None else Observers()
-        self._dead_letters = DeadLetterer(app, self._observers)
+        hold = self._hold = Hold(lambda: subscription.generation, self._is_stopping)
+        self._dead_letters = DeadLetterer(app, self._observers, hold=hold)
+        self._retrier = Retrier(app, hold=hold, dead_letters=self._dead_letters)
+        self._send_back = SendBack(self._retrier.send_back)
+        # A copy found claimed by another process waits about this long before it is due.
+        self._busy_send_back = SendBack(
+            self._retrier.send_back, FaultBackoff(2.0, 2.0),
+            kind="it may run there; if that copy fails or dies, this one runs",
+        )
         self._crash_loops = CrashLoopGuard(
             ledger, sibling_slots, max_deaths=settings.max_process_deaths,
             dead_letters=self._dead_letters, retrier=self._retrier, decide=self._decide,
@@ -229,13 +240,14 @@ class WorkerLoop:
                 traceback="".join(traceback.format_exception(exc)),
             )
         except Exception:
+            # Requeueing would bring it back to the same bug: the queue's own dead-letter
+            # exchange parks it in Q.dlq instead (without taskq-error-* headers; this log
+            # line says why).
             logger.exception(
-                "task %s[%s] from %s could not be dead-lettered either; returning it to the "
-                "queue in %.1fs", shown, message.message_id, delivery.queue,
-                DEAD_LETTER_RETRY_PAUSE_S,
+                "task %s[%s] from %s could not be dead-lettered either; rejecting it to the "
+                "queue's dead-letter exchange", shown, message.message_id, delivery.queue,
             )
-            time.sleep(DEAD_LETTER_RETRY_PAUSE_S)
-            delivery.reject(requeue=True)
+            delivery.reject(requeue=False)
 
     def handle(self, delivery: Delivery) -> None:
         """Take one delivery to exactly one outcome action."""
@@ -315,24 +327,27 @@ class WorkerLoop:
         STARTED forever), then log and tell the observers.
 
         A result that cannot reach the database is an infrastructure fault (DESIGN §8): the
-        delivery goes back to the queue after a backoff; the observers hold the outcome, so
-        if it comes back here it is stored without running again.
+        delivery is held and the write retried with backoff (the task does not run again).
+        Only when it can no longer be held (channel lost, worker stopping) does it go back to
+        the queue; the observers hold the outcome, so if it comes back to this process it is
+        stored without running again.
         """
         assert isinstance(outcome, Succeeded)  # narrowing for mypy; handle() checked it
         name, task_id = envelope.task, envelope.task_id
         event = TaskEvent(task_id, name, delivery.queue, envelope.retries)
-        try:
-            if self._observers:
-                self._observers.completed(event, outcome.duration_s, outcome.result)
-        except ResultError as exc:
+        observers = self._observers
+        if observers and self._hold.retry(
+            delivery, lambda: observers.completed(event, outcome.duration_s, outcome.result),
+            what=f"task {name}[{task_id}] from {delivery.queue}: its result", done="stored",
+            faults=(ResultError,), repair="the connection to taskq's database",
+        ) is not None:
             logger.error(
-                "task %s[%s] from %s succeeded but its result cannot be stored: %s; returning "
-                "it to the queue: if it comes back to this process the held result is stored "
-                "without running the task again",
-                name, task_id, delivery.queue, exc,
+                "task %s[%s] from %s succeeded but its result could not be stored before its "
+                "delivery had to be given up; returning it to the queue: if it comes back to "
+                "this process the held result is stored without running the task again",
+                name, task_id, delivery.queue,
                 extra=log_fields(task_id, name, delivery.queue, envelope.retries),
             )
-            time.sleep(DEAD_LETTER_RETRY_PAUSE_S)
             delivery.reject(requeue=True)
             return
         delivery.ack()
@@ -358,6 +373,11 @@ class WorkerLoop:
             envelope.kwargs,
             lambda kwargs: self._execute(plan, envelope, kwargs, delivery),
             transactional=plan.transactional,
+            retry_record=lambda record: self._hold.retry(
+                delivery, record, faults=(IdempotencyError,), done="recorded",
+                what=f"task {name}[{task_id}] from {delivery.queue}: its idempotency key",
+                repair="the connection to taskq's database",
+            ) is None,
         )
         if isinstance(result, Duplicate):
             delivery.ack()
@@ -372,14 +392,16 @@ class WorkerLoop:
                     TaskEvent(task_id, name, delivery.queue, envelope.retries)
                 )
             return None
-        if isinstance(result, Unavailable):
-            logger.error(
-                "task %s[%s] from %s not run: %s; returning it to the queue",
-                name, task_id, delivery.queue, result.error,
+        if isinstance(result, Busy):
+            self._busy_send_back(
+                delivery, task=name, task_id=task_id,
+                reason=f"key {key} is claimed by another worker process running a copy",
             )
-            time.sleep(DEAD_LETTER_RETRY_PAUSE_S)
-            delivery.reject(requeue=True)
             return None
+        if isinstance(result, Unavailable):
+            self._send_back(delivery, task=name, task_id=task_id, reason=result.error)
+            return None
+        self._send_back.recovered()
         return result
 
     def _execute(

@@ -1,9 +1,16 @@
-"""Send a delivery back to the broker to run later: retries, and messages that came early.
+"""Send a delivery back to the broker to run later: retries, early messages, send-backs.
 
-Both follow DESIGN §6: a copy is published through the app's delay backend and confirmed
+All follow DESIGN §6: a copy is published through the app's delay backend and confirmed
 *before* the original delivery is acked. A crash or a lost connection between the two leaves
-the original unacked, so the broker redelivers it: a duplicate, never a loss. If the publish
-itself fails, the original is requeued after a short pause instead of acked.
+the original unacked, so the broker redelivers it: a duplicate, never a loss.
+
+If the broker path fails (a full ``reject-publish`` queue, a delay tier declared with other
+arguments, the plugin gone, the connection), the delivery is held and the publish retried with
+backoff while the delivery can still be acked (:class:`~taskq.worker.infra_faults.Hold`): a
+retry's task body already ran and must not run again because its retry could not be sent.
+Only a lost channel (the broker has requeued it already) or a stopping worker ends the hold;
+the delivery then goes back to its queue. A delay that is not a number of seconds (``nan``) is
+replaced before publishing, with an error naming the task.
 
 The copy keeps the body and properties byte for byte; only headers change: ``taskq-retries``
 (a retry counts one more), ``taskq-eta`` (set by the delay backend), and RabbitMQ's
@@ -14,16 +21,18 @@ a dead-letter cycle).
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import TYPE_CHECKING
 
 from taskq.broker.topology import DELAY_TIERS_MAX_MS
-from taskq.errors import TaskqError
 from taskq.message import RETRIES, WireMessage
+from taskq.worker.infra_faults import Hold
 
 if TYPE_CHECKING:
     from taskq.app import App
     from taskq.broker.subscription import Delivery
+    from taskq.worker.dead_letters import DeadLetterer
 
 logger = logging.getLogger(__name__)
 
@@ -40,10 +49,18 @@ class Retrier:
 
     Args:
         app: Publishes through :meth:`~taskq.app.App.publish_delayed` (confirmed).
+        hold: Retries a failed publish while the delivery is held; without one (tests), a
+            failed publish requeues the delivery at once.
+        dead_letters: Where a retry goes when publishing it fails with a bug, not a broker
+            fault (it would fail the same way forever).
     """
 
-    def __init__(self, app: App) -> None:
+    def __init__(
+        self, app: App, *, hold: Hold | None = None, dead_letters: DeadLetterer | None = None
+    ) -> None:
         self._app = app
+        self._hold = hold or Hold(lambda: 0, lambda: True)
+        self._dead_letters = dead_letters
 
     def retry(
         self, delivery: Delivery, *, task: str, retries: int, delay_s: float, reason: str
@@ -58,10 +75,17 @@ class Retrier:
             reason: What failed (``ValueError: ...``), for the log.
 
         Returns:
-            Whether the retry was published; ``False`` means the delivery was requeued.
+            Whether the retry was published; ``False`` means the delivery was settled
+            otherwise (requeued, or dead-lettered when the retry could not be built).
         """
         copy = with_retries(delivery.message, retries + 1)
-        if not self._publish_then_ack(delivery, copy, task=task, delay_s=delay_s):
+        delay_s = self._checked_delay_s(delivery, task, delay_s)
+        what = f"task {task}[{delivery.message.message_id}] from {delivery.queue}: its retry"
+        published = self._publish_then_ack(delivery, copy, delay_s=delay_s, what=what)
+        if published is None:
+            self._dead_letter_unpublishable(delivery, reason)
+            return False
+        if not published:
             return False
         logger.warning(
             "task %s[%s] from %s failed on attempt %d (%s); retry %d in %.3fs",
@@ -81,7 +105,7 @@ class Retrier:
         Returns:
             Whether it was published; ``False`` means the delivery was requeued.
         """
-        if not self._publish_then_ack(delivery, delivery.message, task=task, delay_s=delay_s):
+        if not self.send_back(delivery, task=task, delay_s=delay_s):
             return False
         logger.warning(
             "task %s[%s] from %s arrived %.3fs before its eta; sent back to wait in the broker",
@@ -89,23 +113,70 @@ class Retrier:
         )
         return True
 
+    def send_back(self, delivery: Delivery, *, task: str, delay_s: float) -> bool:
+        """Publish an unchanged copy due in ``delay_s``, then ack (no attempt used).
+
+        Returns:
+            Whether it was published; ``False`` means the delivery was requeued.
+        """
+        what = f"task {task}[{delivery.message.message_id}] from {delivery.queue}: its copy"
+        published = self._publish_then_ack(
+            delivery, delivery.message, delay_s=self._checked_delay_s(delivery, task, delay_s),
+            what=what,
+        )
+        if published is None:
+            self._requeue(delivery)
+        return bool(published)
+
     def _publish_then_ack(
-        self, delivery: Delivery, copy: WireMessage, *, task: str, delay_s: float
-    ) -> bool:
+        self, delivery: Delivery, copy: WireMessage, *, delay_s: float, what: str
+    ) -> bool | None:
+        """``True``: published and acked; ``False``: requeued; ``None``: a bug, unsettled."""
+        def publish() -> None:
+            self._app.publish_delayed(copy, queue=delivery.queue, delay_s=delay_s)
+
         try:
-            self._app.publish_delayed(
-                copy, queue=delivery.queue, delay_s=min(max(delay_s, 0.0), _MAX_DELAY_S)
-            )
-        except TaskqError as exc:
+            fault = self._hold.publish(delivery, publish, what=what)
+        except Exception:  # a bug, not the broker: retrying would fail the same way
+            logger.exception("%s could not be published because of an error in taskq", what)
+            return None
+        if fault is not None:
             logger.error(
-                "task %s[%s] from %s could not be sent back to run later (%s); returning it "
-                "to the queue", task, delivery.message.message_id, delivery.queue, exc,
+                "%s could not be published (%s) and the delivery can no longer be held "
+                "(channel lost or worker stopping); returning it to the queue", what, fault,
             )
-            time.sleep(REQUEUE_PAUSE_S)
-            delivery.reject(requeue=True)
+            self._requeue(delivery)
             return False
         delivery.ack()
         return True
+
+    def _requeue(self, delivery: Delivery) -> None:
+        if self._hold.can_hold(delivery):
+            time.sleep(REQUEUE_PAUSE_S)  # no hot redelivery loop
+        delivery.reject(requeue=True)
+
+    def _dead_letter_unpublishable(self, delivery: Delivery, reason: str) -> None:
+        if self._dead_letters is None:
+            self._requeue(delivery)
+            return
+        self._dead_letters.dead_letter(
+            delivery, "RetryNotPublished",
+            f"the task failed ({reason}) and its retry could not be published because of "
+            "an error in taskq (see the worker log for the traceback); replay it with "
+            "`taskq dlq replay` once fixed",
+        )
+
+    def _checked_delay_s(self, delivery: Delivery, task: str, delay_s: float) -> float:
+        """``delay_s`` within what the delay backends hold; ``nan`` becomes 0 (logged)."""
+        if isinstance(delay_s, (int, float)) and not isinstance(delay_s, bool):
+            if not math.isnan(delay_s):
+                return float(min(max(float(delay_s), 0.0), _MAX_DELAY_S))
+        logger.error(
+            "task %s[%s] from %s asked to run again in %r seconds, which is not a number of "
+            "seconds; it runs again now instead (fix the countdown the task passes)",
+            task, delivery.message.message_id, delivery.queue, delay_s,
+        )
+        return 0.0
 
 
 def with_retries(message: WireMessage, retries: int) -> WireMessage:

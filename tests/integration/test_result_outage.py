@@ -8,6 +8,7 @@ the outage starts exactly between the task's return and its result write.
 from __future__ import annotations
 
 import multiprocessing
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,14 @@ import pytest
 import sqlalchemy as sa
 
 from taskq.results import ResultState
-from taskq.worker import loop as loop_module
+from taskq.worker import infra_faults
 from taskq.worker.deaths import DeathLedger
 from taskq.worker.events import Observers
 from taskq.worker.loop import WorkerLoop
 from taskq.worker.observers import ResultRecorder
 from taskq.worker.time_limits import Slot, SoftTimeLimit
 from tests.support.proxy import TcpProxy
+from tests.support.waiting import wait_until
 from tests.unit.test_loop import Recorder, _App, delivery, wire
 
 ACK, REQUEUE = 0, 2
@@ -36,7 +38,7 @@ def proxy() -> Iterator[TcpProxy]:
 
 @pytest.fixture
 def app(postgres_url: str, proxy: TcpProxy, monkeypatch: pytest.MonkeyPatch) -> Iterator[_App]:
-    monkeypatch.setattr(loop_module, "DEAD_LETTER_RETRY_PAUSE_S", 0)  # the backoff, not tested
+    monkeypatch.setattr(infra_faults, "HOLD_FIRST_PAUSE_S", 0.05)  # the backoff, not tested
     app = _App(Recorder(), database_url=proxy.url(postgres_url))
     ran = app.ran = []  # type: ignore[attr-defined]
 
@@ -75,14 +77,39 @@ def _loop(app: _App, tmp_path: Path) -> WorkerLoop:
 
 
 @pytest.mark.parametrize("task", ["cut", "cut_unkeyed"])
-def test_a_success_that_cannot_be_stored_goes_back_and_is_stored_not_rerun(
-    app: _App, proxy: TcpProxy, tmp_path: Path, task: str
+def test_a_success_that_cannot_be_stored_is_held_until_it_is_stored_not_rerun(
+    app: _App, proxy: TcpProxy, tmp_path: Path, caplog: pytest.LogCaptureFixture, task: str
 ) -> None:
     recorder: Recorder = app._recorder
     loop = _loop(app, tmp_path)
+    # The outage ends once the loop has failed to store the result a few times.
+    healer = threading.Thread(target=_restore_after_failures, args=(caplog, proxy, 3))
+    healer.start()
 
     # When the task succeeds but the database is gone before its result is written
     loop.handle(delivery(recorder, wire(task, 4)))
+    healer.join(timeout=30)
+
+    # Then the delivery was held (never requeued) until the result was stored, then acked,
+    # and the task ran once
+    assert recorder.events == [("settle", 7, ACK)]
+    assert app.ran == [4]  # type: ignore[attr-defined]
+    assert app.result("id-1").get(timeout_s=1) == 40
+    record: Any = app.results.get("id-1")
+    assert record.state is ResultState.SUCCESS and record.error is None
+
+
+def test_a_success_still_unstored_when_the_worker_stops_goes_back_and_is_stored_not_rerun(
+    app: _App, proxy: TcpProxy, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    recorder: Recorder = app._recorder
+    loop = _loop(app, tmp_path)
+    stopper = threading.Thread(target=_stop_after_failures, args=(caplog, loop, 2))
+    stopper.start()
+
+    # When the worker is asked to stop while the result cannot be stored
+    loop.handle(delivery(recorder, wire("cut", 4)))
+    stopper.join(timeout=30)
 
     # Then the delivery goes back to the queue instead of being acked
     assert recorder.events == [("settle", 7, REQUEUE)]
@@ -90,13 +117,28 @@ def test_a_success_that_cannot_be_stored_goes_back_and_is_stored_not_rerun(
     # And when it comes back after the database did, the held result is stored and the
     # delivery acked, without running the task again
     proxy.restore()
-    loop.handle(delivery(recorder, wire(task, 4), redelivered=True))
+    loop.stop_requested = False
+    loop.handle(delivery(recorder, wire("cut", 4), redelivered=True))
 
     assert recorder.events[1:] == [("settle", 7, ACK)]
     assert app.ran == [4]  # type: ignore[attr-defined]
     assert app.result("id-1").get(timeout_s=1) == 40
-    record: Any = app.results.get("id-1")
-    assert record.state is ResultState.SUCCESS and record.error is None
+
+
+def _failures(caplog: pytest.LogCaptureFixture) -> int:
+    """How often the loop held the delivery because the database was gone (its key or its
+    result could not be written)."""
+    return sum("holding the delivery" in r.getMessage() for r in caplog.records)
+
+
+def _restore_after_failures(caplog: pytest.LogCaptureFixture, proxy: TcpProxy, n: int) -> None:
+    wait_until(lambda: _failures(caplog) >= n, timeout_s=20)
+    proxy.restore()
+
+
+def _stop_after_failures(caplog: pytest.LogCaptureFixture, loop: WorkerLoop, n: int) -> None:
+    wait_until(lambda: _failures(caplog) >= n, timeout_s=20)
+    loop.request_stop()
 
 
 def test_a_result_the_database_refuses_is_logged_and_the_message_acked(

@@ -94,11 +94,11 @@ def test_a_hard_time_limit_kill_counts_as_a_failed_attempt(
 
 
 @pytest.mark.slow
-def test_a_retry_that_cannot_be_published_is_requeued_and_retried_later(
+def test_a_retry_that_cannot_be_published_is_held_and_published_once_repaired(
     app: App, namespace: str, start_worker, runs, broker, tmp_path: Path
 ) -> None:
     # Given a delay tier that cannot be declared (an exchange of the wrong type), so that
-    # publishing any retry fails...
+    # publishing any retry fails with a TopologyError...
     blocker = topo.delay_tier_name(namespace, 0, "classic")
     broker.channel.exchange_declare(blocker, exchange_type="fanout", durable=True)
     flag = tmp_path / "provider-is-up"
@@ -107,22 +107,24 @@ def test_a_retry_that_cannot_be_published_is_requeued_and_retried_later(
         queue = app.settings.default_queue
         result = send(app, tasks.down_until, runs, str(flag))
 
-        # ...the failed delivery is requeued (never acked, never dead-lettered)...
-        wait_until(lambda: worker.log().count("could not be sent back to run later") >= 2,
-                   timeout_s=30, message=lambda: f"no requeue; log:\n{worker.log()}")
+        # ...the failed delivery is held while the publish is retried (never acked, never
+        # dead-lettered, and the task body does not run again)...
+        wait_until(lambda: worker.log().count("its retry could not be published") >= 2,
+                   timeout_s=30, message=lambda: f"no held retry; log:\n{worker.log()}")
         assert broker.depth(topo.dlq_name(queue)) == 0
+        assert count_runs(runs, "run") == 1
 
         # ...and once the broker takes retries again, the retry is published and runs.
         broker.delete_exchange(blocker)
         wait_until(lambda: f"[{result.id}] from {queue} failed on attempt 1" in worker.log(),
-                   timeout_s=30, message=lambda: f"no retry; log:\n{worker.log()}")
+                   timeout_s=40, message=lambda: f"no retry; log:\n{worker.log()}")
         flag.touch()  # the retry waits 2 s in the tiers: the provider is up by then
         wait_until(lambda: f"[{result.id}] from {queue} succeeded" in worker.log(),
                    timeout_s=30, message=lambda: f"no success; log:\n{worker.log()}")
     finally:
         _delete_tiers(broker, namespace)
 
-    assert count_runs(runs, "run") >= 3  # duplicates allowed, losses never
+    assert count_runs(runs, "run") == 2  # the failed attempt and its retry, nothing more
     assert broker.depth(queue) == 0
     assert broker.depth(topo.dlq_name(queue)) == 0
 

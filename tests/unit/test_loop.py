@@ -18,7 +18,7 @@ from taskq import App
 from taskq.broker.subscription import Delivery
 from taskq.errors import PublishError
 from taskq.message import Envelope, WireMessage, encode
-from taskq.worker import dead_letters
+from taskq.worker import dead_letters, infra_faults
 from taskq.worker.deaths import DeathLedger
 from taskq.worker.loop import WorkerLoop
 from taskq.worker.time_limits import Slot, SoftTimeLimit, message_key
@@ -27,23 +27,32 @@ QUEUE = "work"
 
 
 class Recorder:
-    """Stands in for the Subscription (settle) and the Publisher (publish); logs both."""
+    """Stands in for the Subscription (settle) and the Publisher (publish); logs both.
 
-    def __init__(self, *, publish_fails: bool = False) -> None:
+    ``publish_fails``: how many publishes fail before they succeed (``True``: all of them).
+    """
+
+    generation = 0
+
+    def __init__(self, *, publish_fails: bool | int = False) -> None:
         self.events: list[tuple[Any, ...]] = []
         self.publish_fails = publish_fails
+        self.failed_publishes = 0
 
     def settle(self, delivery: Delivery, action: int) -> None:
         self.events.append(("settle", delivery.delivery_tag, action))
 
-    def publish(self, wire: WireMessage, *, exchange: str, routing_key: str, task: Any) -> None:
-        if self.publish_fails:
+    def _maybe_fail(self) -> None:
+        if self.publish_fails is True or self.failed_publishes < self.publish_fails:
+            self.failed_publishes += 1
             raise PublishError("broker unreachable")
+
+    def publish(self, wire: WireMessage, *, exchange: str, routing_key: str, task: Any) -> None:
+        self._maybe_fail()
         self.events.append(("publish", exchange, routing_key, wire))
 
     def publish_delayed(self, wire: WireMessage, *, queue: str, delay_s: float) -> None:
-        if self.publish_fails:
-            raise PublishError("broker unreachable")
+        self._maybe_fail()
         self.events.append(("delayed", queue, delay_s, wire))
 
     def stop_consuming(self) -> None:
@@ -127,16 +136,33 @@ def test_failure_is_published_to_the_dlx_before_the_ack(
     assert settle == ("settle", 7, 0)
 
 
-def test_a_dead_letter_that_cannot_be_published_is_requeued_never_acked(
+def test_a_dead_letter_that_cannot_be_published_is_held_and_retried_never_acked_before(
+    app: _App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(infra_faults, "HOLD_FIRST_PAUSE_S", 0.01)
+    recorder = Recorder(publish_fails=3)
+    app._recorder = recorder
+
+    make_loop(app, recorder, tmp_path).handle(delivery(recorder, wire("bad")))
+
+    (publish, exchange, _, letter), settle = recorder.events
+    assert recorder.failed_publishes == 3
+    assert (publish, exchange, settle) == ("publish", "ns.dlx", ("settle", 7, 0))
+
+
+def test_a_dead_letter_that_cannot_be_published_is_requeued_when_the_worker_stops(
     app: _App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(dead_letters, "DEAD_LETTER_RETRY_PAUSE_S", 0)
     recorder = Recorder(publish_fails=True)
     app._recorder = recorder
+    loop = make_loop(app, recorder, tmp_path)
+    threading.Timer(0.3, loop.request_stop).start()
 
-    make_loop(app, recorder, tmp_path).handle(delivery(recorder, wire("bad")))
+    loop.handle(delivery(recorder, wire("bad")))
 
     assert recorder.events == [("settle", 7, 2)]  # reject with requeue
+    assert recorder.failed_publishes >= 1
 
 
 @pytest.mark.parametrize(

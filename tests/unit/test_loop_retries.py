@@ -6,6 +6,8 @@ the system tests run the real broker.
 
 from __future__ import annotations
 
+import math
+import threading
 import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 
 from taskq.message import Envelope, WireMessage, encode
-from taskq.worker import retrying
+from taskq.worker import infra_faults, retrying
 from taskq.worker.deaths import DeathLedger
 from tests.unit.test_loop import QUEUE, Recorder, _App, delivery, make_loop
 
@@ -54,6 +56,15 @@ def app(recorder: Recorder, tmp_path: Path) -> _App:
     def plain() -> None:
         seen.append("ran")
 
+    @app.task(name="plain_fails", autoretry_for=(Flaky,), max_retries=2)
+    def plain_fails() -> None:
+        seen.append("failed")
+        raise Flaky("try again")
+
+    @app.task(name="odd_countdown", bind=True)
+    def odd_countdown(self: Any) -> None:
+        raise self.retry(countdown=app.countdown)  # type: ignore[attr-defined]
+
     return app
 
 
@@ -73,16 +84,46 @@ def test_a_retry_is_published_with_one_more_retry_before_the_ack(
     assert settle == ("settle", 7, ACK)
 
 
-def test_a_retry_that_cannot_be_published_is_requeued_never_acked(
+def test_a_retry_that_cannot_be_published_is_held_and_retried_not_run_again(
+    app: _App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(infra_faults, "HOLD_FIRST_PAUSE_S", 0.01)
+    recorder = Recorder(publish_fails=3)
+    app._recorder = recorder
+
+    make_loop(app, recorder, tmp_path).handle(delivery(recorder, message("plain_fails")))
+
+    (kind, _, _, copy), settle = recorder.events
+    assert recorder.failed_publishes == 3
+    assert (kind, copy.headers["taskq-retries"], settle) == ("delayed", 1, ("settle", 7, ACK))
+    assert app.seen == ["failed"]  # type: ignore[attr-defined]
+
+
+def test_a_retry_that_cannot_be_published_is_requeued_when_the_worker_stops(
     app: _App, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(retrying, "REQUEUE_PAUSE_S", 0)
     recorder = Recorder(publish_fails=True)
     app._recorder = recorder
+    loop = make_loop(app, recorder, tmp_path)
+    threading.Timer(0.3, loop.request_stop).start()
 
-    make_loop(app, recorder, tmp_path).handle(delivery(recorder, message("flaky")))
+    loop.handle(delivery(recorder, message("flaky")))
 
     assert recorder.events == [("settle", 7, REQUEUE)]
+
+
+@pytest.mark.parametrize("countdown", [float("nan"), float("inf")])
+def test_a_retry_countdown_that_is_not_a_delay_is_replaced_before_publishing(
+    app: _App, recorder: Recorder, tmp_path: Path, countdown: float
+) -> None:
+    app.countdown = countdown  # type: ignore[attr-defined]
+
+    make_loop(app, recorder, tmp_path).handle(delivery(recorder, message("odd_countdown")))
+
+    (kind, _, delay_s, _), settle = recorder.events
+    assert kind == "delayed" and math.isfinite(delay_s) and delay_s >= 0
+    assert settle == ("settle", 7, ACK)
 
 
 def test_exhausted_retries_dead_letter_with_the_number_of_attempts(
