@@ -8,6 +8,8 @@ The suite runs with ``make faults`` (``TASKQ_FAULTS=1 pytest tests/faults``). In
   counts line prints the seed in use). Default: a new random seed per scenario.
 - ``TASKQ_FAULT_SCALE``: multiply sizes and storm lengths (default 1 = the sizes of issue
   13; 0.2 for a quick look, 5 for a long soak).
+- ``TASKQ_FAULT_DONE_TIMEOUT_S``: cap the wait for "all done" (for runs with a deliberate
+  break, which would otherwise wait out the whole deadline).
 
 Both are read when this module is imported: the project's autouse fixture removes every
 ``TASKQ_*`` variable from the environment of each test.
@@ -28,6 +30,8 @@ from tests.faults.services import PrivatePostgres, PrivateRabbit
 _SEED = os.environ.get("TASKQ_FAULT_SEED", "")
 SCALE = float(os.environ.get("TASKQ_FAULT_SCALE", "") or 1.0)
 _ENABLED = os.environ.get("TASKQ_FAULTS", "") == "1"
+# Caps every "all done" wait (a run with a deliberate break need not wait the full deadline).
+_DONE_TIMEOUT_S = float(os.environ.get("TASKQ_FAULT_DONE_TIMEOUT_S", "") or 0)
 
 _LINES_KEY = pytest.StashKey[list[str]]()
 
@@ -35,6 +39,12 @@ _LINES_KEY = pytest.StashKey[list[str]]()
 def scaled(value: float, minimum: int = 1) -> int:
     """``value`` times ``TASKQ_FAULT_SCALE``, rounded, at least ``minimum``."""
     return max(minimum, round(value * SCALE))
+
+
+def done_timeout_s(base_s: float) -> float:
+    """Deadline of a scenario's "all done" wait: ``base_s``, longer for scaled-up runs."""
+    timeout_s = base_s * max(1.0, SCALE)
+    return min(timeout_s, _DONE_TIMEOUT_S) if _DONE_TIMEOUT_S else timeout_s
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -20,6 +20,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ from tests.faults import tasks
 from tests.faults.ledger import Counts, FaultSchedule, Ledger, Observed, check
 from tests.faults.services import PrivatePostgres, PrivateRabbit
 from tests.support.broker import BrokerAdmin
+from tests.support.waiting import wait_until
 from tests.system.workers import ROOT, Worker
 
 logger = logging.getLogger(__name__)
@@ -79,6 +81,8 @@ class Scenario:
         self.counts: Counts | None = None
         #: Figures of the scenario's own, printed in its counts line (``name=value``).
         self.notes: dict[str, str] = {}
+        #: Failed checks of the scenario's own, reported by finish() with the counts.
+        self.problems: list[str] = []
 
     # -- processes ---------------------------------------------------------------------------
 
@@ -239,6 +243,24 @@ class Scenario:
 
     # -- waiting and checking ----------------------------------------------------------------
 
+    def expect(self, condition: bool, problem: str) -> None:
+        """Note a failed check; :meth:`finish` fails with it after printing the counts."""
+        if not condition:
+            logger.error("scenario %s: %s", self.name, problem)
+            self.problems.append(problem)
+
+    def expect_soon(self, predicate: Callable[[], object], *, timeout_s: float,
+                    problem: str) -> float | None:
+        """Wait for ``predicate``; return how long it took, or note ``problem`` (None)."""
+        started = time.monotonic()
+        try:
+            wait_until(predicate, timeout_s=timeout_s, interval_s=POLL_INTERVAL_S,
+                       message=problem)
+        except AssertionError:
+            self.expect(False, f"{problem} (not within {timeout_s:.0f}s)")
+            return None
+        return time.monotonic() - started
+
     def completed_count(self) -> int:
         """Committed ids with an effect row (0 while the database is unreachable)."""
         try:
@@ -311,7 +333,8 @@ class Scenario:
         return observed
 
     def finish(
-        self, *, expected_dead: frozenset[str] = frozenset(), other_dead_ok: bool = False
+        self, *, expected_dead: frozenset[str] = frozenset(), other_dead_ok: bool = False,
+        check_more: Callable[[Counts, Observed], list[str]] | None = None,
     ) -> Counts:
         """Stop everything, check, print the counts line last, and fail on any bad count.
 
@@ -320,12 +343,13 @@ class Scenario:
             other_dead_ok: Whether other committed ids may be dead-lettered too (a kill
                 storm charges deaths to whatever message a process held); otherwise a
                 healthy task in ``Q.dlq`` fails the scenario.
+            check_more: The scenario's own checks of the outcome; returns problems.
         """
         self.stop_processes()
         observed = self.observe()
         counts = check(self.ledger, observed, done_at=self.done_at, schedule=self.schedule)
         self.counts = counts
-        problems = [counts.details()] if not counts.ok else []
+        problems = [*self.problems, *([counts.details()] if not counts.ok else [])]
         healthy_dead = sorted(set(counts.dead_lettered) - expected_dead)
         if healthy_dead and not other_dead_ok:
             problems.append(f"healthy tasks dead-lettered ({len(healthy_dead)}): "
@@ -334,6 +358,8 @@ class Scenario:
         if not_dead:
             problems.append(f"poison not dead-lettered ({len(not_dead)}): "
                             f"{', '.join(not_dead[:5])}")
+        if check_more is not None:
+            problems.extend(check_more(counts, observed))
         line = counts.line(self.name, self.schedule, self.notes)
         if problems:
             bad = counts.lost + counts.unexpected + counts.dup_effects + healthy_dead + not_dead

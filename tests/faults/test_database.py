@@ -7,7 +7,7 @@ import threading
 import pytest
 import sqlalchemy as sa
 
-from tests.faults.conftest import scaled
+from tests.faults.conftest import done_timeout_s, scaled
 from tests.faults.services import wait_s
 from tests.support.waiting import wait_until
 
@@ -54,5 +54,5 @@ def test_postgres_outage_dead_letters_nothing_and_loses_nothing(
     producer.join(300)
     assert not producer.is_alive(), "the producer did not finish"
 
-    scenario.wait_all_done(timeout_s=300)
+    scenario.wait_all_done(timeout_s=done_timeout_s(300))
     scenario.finish()

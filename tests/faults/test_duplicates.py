@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.faults import tasks
-from tests.faults.conftest import scaled
-from tests.support.waiting import wait_until
+from tests.faults.conftest import done_timeout_s, scaled
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -30,11 +29,11 @@ def test_every_message_twice_has_its_effect_once(scenario_factory):
         task_id = scenario.delay(work, duration_ms)
         assert task_id is not None
         calls[task_id] = (duration_ms,)
-    assert scenario.wait_all_done(timeout_s=240)
+    scenario.wait_all_done(timeout_s=done_timeout_s(240))
     scenario.republish(work, calls)
     scenario.schedule.add(f"{count} messages published again after they ran")
-    wait_until(lambda: scenario.queue_depth() == 0, timeout_s=120,
-               message="the second copies to be consumed")
-    scenario.wait_all_done(timeout_s=60)
+    scenario.expect_soon(lambda: scenario.queue_depth() == 0, timeout_s=120,
+                         problem="the second copies were not consumed")
+    scenario.wait_all_done(timeout_s=done_timeout_s(60))
     scenario.notes["copies_skipped_as_duplicates"] = str(worker.log().count("is a duplicate"))
     scenario.finish()

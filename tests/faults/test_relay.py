@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.faults.conftest import SCALE, scaled
+from tests.faults.conftest import SCALE, done_timeout_s, scaled
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -57,12 +57,14 @@ def test_relay_kill_storm_publishes_every_committed_row(scenario_factory):
         landed += bool(pending)
     scenario.start_relay()
     scenario.schedule.add("one relay undisturbed")
-    assert landed >= scaled(MIN_LANDED_KILLS), (
-        f"only {landed} relay kills landed while rows were waiting: the storm proved nothing"
+    scenario.expect(
+        landed >= scaled(MIN_LANDED_KILLS),
+        f"only {landed} relay kills landed while rows were waiting: the storm proved nothing",
     )
+    scenario.notes["kills_landed"] = str(landed)
 
-    scenario.wait_all_done(timeout_s=300)
-    assert scenario.outbox_rows() == 0
+    scenario.wait_all_done(timeout_s=done_timeout_s(300))
+    scenario.expect(scenario.outbox_rows() == 0, "rows left in the outbox")
     scenario.finish()
 
 
@@ -92,6 +94,6 @@ def test_rolled_back_tasks_never_run_and_committed_ones_are_never_skipped(scenar
         "rolled back, in 4 interleaved producers"
     )
 
-    scenario.wait_all_done(timeout_s=180)
+    scenario.wait_all_done(timeout_s=done_timeout_s(180))
     scenario.finish()
     assert scenario.ledger.rolled_back, "no transaction rolled back: nothing was tested"

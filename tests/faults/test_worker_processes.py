@@ -5,11 +5,12 @@ from __future__ import annotations
 import os
 import signal
 import time
+from collections import Counter
 
 import pytest
 
 from tests.faults import tasks
-from tests.faults.conftest import SCALE, scaled
+from tests.faults.conftest import SCALE, done_timeout_s, scaled
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.timeout(900)]
@@ -57,10 +58,11 @@ def test_child_kill_storm_loses_nothing_and_duplicates_no_effect(scenario_factor
         killed.update(pid for pid in sorted(fresh) if _kill(pid))
         scenario.schedule.add(f"kill all children {'/'.join(map(str, sorted(fresh)))}")
 
-    scenario.wait_all_done(timeout_s=240)
-    assert worker.process.poll() is None, "the supervisor died in the storm"
-    wait_until(lambda: len(worker.children()) == PROCESSES, timeout_s=60,
-               message=f"the supervisor to bring its children back to {PROCESSES}")
+    scenario.wait_all_done(timeout_s=done_timeout_s(240))
+    scenario.expect(worker.process.poll() is None, "the supervisor died in the storm")
+    scenario.expect_soon(lambda: len(worker.children()) == PROCESSES, timeout_s=60,
+                         problem=f"the supervisor did not bring its children back to "
+                                 f"{PROCESSES}")
     # A kill charges a death to the message in hand: after max_process_deaths (3) a healthy
     # message is dead-lettered by design (it is accounted for, not lost).
     scenario.finish(other_dead_ok=True)
@@ -89,25 +91,32 @@ def test_poison_is_dead_lettered_with_its_reason_and_healthy_work_runs_once(
             kinds[task_id] = kind
     scenario.schedule.add(f"published {len(kinds)} poison among {healthy} healthy")
 
-    scenario.wait_all_done(timeout_s=300)
-    assert worker.process.poll() is None, "the supervisor died"
-    counts = scenario.finish(expected_dead=frozenset(kinds))
+    scenario.wait_all_done(timeout_s=done_timeout_s(180))
+    scenario.expect(worker.process.poll() is None, "the supervisor died")
+    scenario.finish(expected_dead=frozenset(kinds),
+                    check_more=lambda counts, observed: _poison_problems(kinds, observed))
 
-    expected_reason = {
-        "exits": "ProcessCrashLoop", "segfaults": "ProcessCrashLoop",
-        "hangs": "TimeLimitExceeded", "raises": "LookupError",
-    }
-    # Bounded attempts: deaths stop at max_process_deaths (3), a hard time limit with one
-    # retry runs twice, an exception without retries once.
-    max_runs = {"exits": 3, "segfaults": 3, "hangs": 2, "raises": 1}
-    executions = scenario.observe_executions()
+
+# Bounded attempts: deaths stop at max_process_deaths (3), a hard time limit with one retry
+# runs twice, an exception without retries once.
+POISON_REASONS = {
+    "exits": ("ProcessCrashLoop", 3), "segfaults": ("ProcessCrashLoop", 3),
+    "hangs": ("TimeLimitExceeded", 2), "raises": ("LookupError", 1),
+}
+
+
+def _poison_problems(kinds: dict[str, str], observed) -> list[str]:
+    problems = []
     wrong = {
-        task_id: (kind, counts.dead_lettered.get(task_id), executions.get(task_id, 0))
+        task_id: (kind, observed.dead_letters.get(task_id), observed.executions[task_id])
         for task_id, kind in kinds.items()
-        if counts.dead_lettered.get(task_id) != expected_reason[kind]
-        or not 1 <= executions.get(task_id, 0) <= max_runs[kind]
+        if observed.dead_letters.get(task_id) != POISON_REASONS[kind][0]
+        or not 1 <= observed.executions[task_id] <= POISON_REASONS[kind][1]
     }
-    assert not wrong, f"poison with the wrong reason or attempts (kind, reason, runs): {wrong}"
-    healthy_runs = [executions.get(task_id, 0) for task_id in scenario.ledger.committed
-                    if task_id not in kinds]
-    assert set(healthy_runs) == {1}, "every healthy task runs once"
+    if wrong:
+        problems.append(f"poison with the wrong reason or runs (kind, reason, runs): {wrong}")
+    healthy_runs = Counter(runs for task_id, runs in observed.executions.items()
+                           if task_id not in kinds)
+    if set(healthy_runs) - {1}:
+        problems.append(f"healthy tasks ran more than once: runs histogram {healthy_runs}")
+    return problems
