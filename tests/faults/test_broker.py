@@ -114,19 +114,19 @@ class _Producer(threading.Thread):
         super().__init__(name="producer")
         self.scenario = scenario
         self.batches: list[tuple[float, list[str]]] = []  # (monotonic commit time, ids)
-        self._stop = threading.Event()
+        self._halt = threading.Event()  # not _stop: threading.Thread has one
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             ids = self.scenario.enqueue_rows(self.scenario.durations_ms(10, 0, 20))
             self.batches.append((time.monotonic(), ids))
-            self._stop.wait(0.1)  # the producers' pace
+            self._halt.wait(0.1)  # the producers' pace
 
     def committed_after(self, since: float) -> list[str]:
         return [i for at, ids in list(self.batches) if at > since for i in ids]
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join(60)
 
 
