@@ -21,7 +21,6 @@ from typing import Any
 import sqlalchemy as sa
 
 from taskq import App
-from taskq.request import current_request
 
 app = App("taskq-faults")
 
@@ -36,11 +35,10 @@ effects = sa.Table(
 )
 
 
-def record_execution(kind: str = "exec") -> str:
+def record_execution(task: Any, kind: str = "exec") -> str:
     """Append ``<kind> <task id> <pid>`` to the executions file; return the task id."""
-    request = current_request.get()
-    assert request is not None, "called outside a worker"
-    task_id = request.task_id
+    task_id: str = task.request.task_id  # the public API (taskq.Task.request)
+    assert task_id, f"{task.name} ran outside a worker"
     line = f"{kind} {task_id} {os.getpid()}\n".encode()
     fd = os.open(os.environ[EXECUTIONS_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
@@ -53,7 +51,7 @@ def record_execution(kind: str = "exec") -> str:
 @app.task(transactional=True)
 def work(duration_ms: int, *, session: Any) -> None:
     """Healthy work: record the run, take ``duration_ms``, write one effect row."""
-    task_id = record_execution()
+    task_id = record_execution(work)
     if duration_ms:
         time.sleep(duration_ms / 1000)
     session.execute(effects.insert().values(task_id=task_id, pid=os.getpid()))
@@ -65,28 +63,28 @@ def work(duration_ms: int, *, session: Any) -> None:
 @app.task(idempotent=False)
 def exits() -> None:
     """Kill the process without any cleanup."""
-    record_execution("poison")
+    record_execution(exits, "poison")
     os._exit(3)
 
 
 @app.task(idempotent=False)
 def segfaults() -> None:
     """Dereference NULL: the process dies of SIGSEGV."""
-    record_execution("poison")
+    record_execution(segfaults, "poison")
     ctypes.string_at(0)
 
 
 @app.task(idempotent=False, time_limit_s=1.0, max_retries=1, retry_backoff=0.1)
 def hangs() -> None:
     """Run far past the 1 s hard limit (one retry, then dead-lettered)."""
-    record_execution("poison")
+    record_execution(hangs, "poison")
     time.sleep(120)
 
 
 @app.task(idempotent=False)
 def raises() -> None:
     """Raise (retries are opt-in: dead-lettered at once)."""
-    record_execution("poison")
+    record_execution(raises, "poison")
     raise LookupError("the order does not exist")
 
 
