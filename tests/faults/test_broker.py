@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from datetime import datetime
 
 import pytest
 import sqlalchemy as sa
@@ -17,6 +19,9 @@ from tests.support.waiting import wait_until
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.timeout(900)]
 
 OUTAGE_S = 5.0
+BLACKHOLE_S = 15.0
+_LOSS_RE = re.compile(r"^(\S+ \S+) WARNING +(worker-\d+)\[\d+\] \S+: broker connection lost",
+                      re.MULTILINE)
 RESUME_WITHIN_S = 30.0
 
 
@@ -72,10 +77,11 @@ def test_resets_and_a_blackhole_then_processing_resumes(scenario_factory, privat
 
 
 def _run_network_faults(scenario, proxy: ChaosProxy) -> None:
-    # Worker processes and the relay reach the broker only through the proxy; a 5 s
-    # heartbeat lets a silent connection be noticed within the blackhole.
+    # Worker processes and the relay reach the broker only through the proxy. pika checks
+    # for heartbeats every heartbeat + 5 s and needs one silent check interval: with 2 s a
+    # silent connection is noticed within 14 s, inside the 15 s blackhole.
     worker = scenario.start_worker(
-        2, broker_url=proxy.url(scenario.rabbit.url), relay=True, heartbeat_s="5"
+        2, broker_url=proxy.url(scenario.rabbit.url), relay=True, heartbeat_s="2"
     )
     worker.wait_consuming(2, timeout_s=60)
     producer = _Producer(scenario)
@@ -90,9 +96,14 @@ def _run_network_faults(scenario, proxy: ChaosProxy) -> None:
         scenario.notes["resumed_after_resets"] = _resumed(scenario, producer, "reset")
         proxy.blackhole()
         scenario.schedule.add("blackhole")
-        wait_s(15.0)
+        blackhole_at = datetime.now()
+        wait_s(BLACKHOLE_S)
+        noticed = _losses_logged(worker.log(), since=blackhole_at)
         proxy.heal()
         scenario.schedule.add("heal")
+        scenario.notes["noticed_in_blackhole"] = "/".join(sorted(noticed)) or "none"
+        scenario.expect(len(noticed) >= 2, "the heartbeats of both worker processes did not "
+                        f"notice the {BLACKHOLE_S:.0f}s blackhole (noticed: {sorted(noticed)})")
         # ...and after the blackhole: a task committed after the heal runs within 30 s.
         scenario.notes["resumed_after_heal"] = _resumed(scenario, producer, "heal")
         wait_s(5.0)  # a few seconds more of healthy traffic
@@ -139,6 +150,14 @@ def _resumed(scenario, producer: _Producer, fault: str) -> str:
         problem=f"processing did not resume after the {fault}",
     )
     return "never" if took_s is None else f"{took_s:.2f}s"
+
+
+def _losses_logged(log: str, *, since: datetime) -> set[str]:
+    """Worker processes (``worker-N``) that logged a lost connection after ``since``."""
+    return {
+        process for at, process in _LOSS_RE.findall(log)
+        if datetime.strptime(at, "%Y-%m-%d %H:%M:%S,%f") >= since
+    }
 
 
 def _any_done(scenario, ids: list[str]) -> bool:
