@@ -1,4 +1,4 @@
-# make demo: run the example app.  make test: run the whole test suite.
+# make demo: run the example app.  make test: run the whole test suite.  make faults: the fault suite.
 # Both build .venv, install taskq into it and make sure the services they need answer.
 
 PYTHON ?= python3
@@ -7,7 +7,7 @@ VENV_PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: venv services test demo lint
+.PHONY: venv services test faults demo lint
 
 venv: $(STAMP)
 
@@ -31,6 +31,11 @@ services:
 
 test: venv services
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+
+# The fault suite alone (tests/faults, docs/reliability.md): a private RabbitMQ node and
+# PostgreSQL cluster of its own. TASKQ_FAULT_SEED replays a run, TASKQ_FAULT_SCALE resizes it.
+faults: venv services
+	TASKQ_FAULTS=1 $(VENV)/bin/pytest -q tests/faults $(PYTEST_ARGS)
 
 demo: venv
 	bash scripts/ensure-services.sh rabbitmq

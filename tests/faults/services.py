@@ -1,0 +1,268 @@
+"""Private services for the fault suite: a RabbitMQ node and a PostgreSQL cluster of its own.
+
+The fault scenarios kill -9 a broker and stop a database, so they never use the machine's
+own services: each service here runs under a temporary directory, on ports picked free at
+start, and is signalled only by the exact PIDs it started (never ``pkill``, never ``epmd
+-kill`` without ``-port``). Facts behind the RabbitMQ set-up are in
+``/work/shared/notes/rabbitmq-cluster.md`` (node name, own epmd port, Debian scripts called
+directly so that root is not switched to the ``rabbitmq`` user).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from tests.support.waiting import wait_until
+
+logger = logging.getLogger(__name__)
+
+RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
+POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
+BOOT_TIMEOUT_S = 90.0
+STOP_TIMEOUT_S = 20.0
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def answers(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _kill_pid(pid: int | None, signum: int = signal.SIGKILL) -> None:
+    if pid is not None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def _wait_gone(pid: int, timeout_s: float) -> None:
+    def gone() -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        # a zombie of ours counts as gone
+        stat = Path(f"/proc/{pid}/stat")
+        return not stat.exists() or stat.read_text().split()[2] == "Z"
+
+    wait_until(gone, timeout_s=timeout_s, interval_s=0.05, message=f"pid {pid} to exit")
+
+
+class PrivateRabbit:
+    """One RabbitMQ node with its own epmd, ports, cookie, data and log directories.
+
+    ``start()`` boots it (a cold boot takes about 5 s here); ``kill()`` SIGKILLs its
+    ``beam.smp`` (the PID from ``RABBITMQ_PID_FILE``); ``start()`` again restarts it on the
+    same ports and data, so durable queues and persistent messages come back.
+    """
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="taskq-faults-rabbit-"))
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.epmd_port = free_port()
+        self.ctl_port = free_port()
+        self.node = f"tqfault{os.getpid()}@localhost"
+        self._epmd: subprocess.Popen[bytes] | None = None
+        self._script: subprocess.Popen[bytes] | None = None
+        self.beam_pid: int | None = None
+        self._write_files()
+
+    @property
+    def url(self) -> str:
+        """AMQP URL of the node (guest may log in from loopback)."""
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    def _write_files(self) -> None:
+        home = self.root / "home"
+        home.mkdir()
+        cookie = home / ".erlang.cookie"
+        cookie.write_text(f"taskqfaults{os.getpid()}")
+        cookie.chmod(0o400)
+        (self.root / "env.conf").write_text("")
+        (self.root / "enabled_plugins").write_text("[].\n")
+        (self.root / "advanced.config").write_text("[].\n")
+        (self.root / "rabbitmq.conf").write_text(
+            f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
+            "loopback_users = none\n"
+            "vm_memory_high_watermark.absolute = 1GiB\n"
+            "disk_free_limit.absolute = 50MB\n"
+            "log.console = false\n"
+            "log.file.level = info\n"
+        )
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if k != "ERL_FLAGS"}
+        root = self.root
+        env.update(
+            HOME=str(root / "home"),
+            ERL_EPMD_PORT=str(self.epmd_port),
+            ERL_EPMD_ADDRESS="127.0.0.1",
+            RABBITMQ_CONF_ENV_FILE=str(root / "env.conf"),
+            RABBITMQ_NODENAME=self.node,
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(self.dist_port),
+            RABBITMQ_CONFIG_FILE=str(root / "rabbitmq.conf"),
+            RABBITMQ_ADVANCED_CONFIG_FILE=str(root / "advanced.config"),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(root / "enabled_plugins"),
+            RABBITMQ_MNESIA_BASE=str(root / "mnesia"),
+            RABBITMQ_LOG_BASE=str(root / "log"),
+            RABBITMQ_PID_FILE=str(root / "beam.pid"),
+            RABBITMQ_CTL_DIST_PORT_MIN=str(self.ctl_port),
+            RABBITMQ_CTL_DIST_PORT_MAX=str(self.ctl_port),
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=(
+                "+S 1:1 +sbwt none -kernel inet_dist_use_interface {127,0,0,1}"
+            ),
+        )
+        return env
+
+    def start(self) -> None:
+        """Boot the node (and its epmd on first use); return once AMQP answers."""
+        if self._epmd is None or self._epmd.poll() is not None:
+            self._epmd = subprocess.Popen(
+                ["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+            )
+        pid_file = self.root / "beam.pid"
+        pid_file.unlink(missing_ok=True)
+        with open(self.root / "server.out", "ab") as out:
+            self._script = subprocess.Popen(
+                [str(RABBITMQ_BIN / "rabbitmq-server")], env=self._env(), stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        wait_until(
+            lambda: self._script is not None and (
+                self._script.poll() is not None or answers(self.port)
+            ),
+            timeout_s=BOOT_TIMEOUT_S, interval_s=0.1,
+            message=f"private RabbitMQ node {self.node} to accept AMQP on {self.port}",
+        )
+        if self._script.poll() is not None:
+            raise RuntimeError(f"private RabbitMQ did not start; see {self.root}/server.out")
+        self.beam_pid = int(str(wait_until(lambda: _read(pid_file), timeout_s=10)))
+        logger.info("private RabbitMQ %s on port %d (beam pid %d)", self.node, self.port,
+                    self.beam_pid)
+
+    def is_running(self) -> bool:
+        """Whether the node accepts AMQP connections."""
+        return self._script is not None and self._script.poll() is None and answers(self.port)
+
+    def kill(self) -> int:
+        """SIGKILL the node's beam.smp; return its PID once it is gone."""
+        pid = self.beam_pid
+        if pid is None:
+            raise RuntimeError("the private RabbitMQ node is not running")
+        _kill_pid(pid)
+        _wait_gone(pid, STOP_TIMEOUT_S)
+        if self._script is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._script.wait(STOP_TIMEOUT_S)
+            _kill_pid(self._script.pid)
+            self._script.wait(STOP_TIMEOUT_S)
+        self.beam_pid = None
+        return pid
+
+    def close(self) -> None:
+        """Kill the node and its epmd, and remove every file of theirs."""
+        if self.beam_pid is not None:
+            self.kill()
+        if self._script is not None and self._script.poll() is None:
+            _kill_pid(self._script.pid)
+            self._script.wait(STOP_TIMEOUT_S)
+        if self._epmd is not None and self._epmd.poll() is None:
+            self._epmd.kill()
+            self._epmd.wait(STOP_TIMEOUT_S)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class PrivatePostgres:
+    """A PostgreSQL 15 cluster in a temporary directory, run as ``postgres`` when root.
+
+    ``stop_immediate()`` is ``pg_ctl stop -m immediate`` (the server's processes quit at once,
+    without a checkpoint: crash recovery at the next start); ``start()`` starts it again.
+    """
+
+    def __init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="taskq-faults-pg-"))
+        self.data = self.root / "data"
+        self.port = free_port()
+        self._user = "postgres" if os.geteuid() == 0 else None
+        if self._user is not None:
+            entry = pwd.getpwnam(self._user)
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+        self._run(POSTGRES_BIN / "initdb", "-D", str(self.data), "-A", "trust",
+                  "-U", "postgres", "--no-sync")
+
+    def url(self, database: str = "postgres") -> str:
+        """SQLAlchemy URL of ``database`` on this cluster."""
+        return f"postgresql+psycopg://postgres@127.0.0.1:{self.port}/{database}"
+
+    def _run(self, program: Path, *args: str) -> None:
+        command = [str(program), *args]
+        if self._user is not None:
+            command = ["runuser", "-u", self._user, "--", *command]
+        subprocess.run(command, check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, timeout=BOOT_TIMEOUT_S)
+
+    def start(self) -> None:
+        """Start the server; return once it accepts connections."""
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 "
+            f"-c unix_socket_directories={self.root} -c max_connections=200 "
+            # the suite kills processes, never the machine: the page cache survives, so
+            # fsync buys nothing here but time
+            "-c fsync=off"
+        )
+        self._run(POSTGRES_BIN / "pg_ctl", "-D", str(self.data), "-o", options,
+                  "-l", str(self.root / "server.log"), "-w", "-t", "60", "start")
+        wait_until(lambda: answers(self.port), timeout_s=BOOT_TIMEOUT_S)
+
+    def stop_immediate(self) -> None:
+        """``pg_ctl stop -m immediate``: no clean shutdown, connections cut at once."""
+        self._run(POSTGRES_BIN / "pg_ctl", "-D", str(self.data), "-m", "immediate",
+                  "-w", "stop")
+
+    def is_running(self) -> bool:
+        """Whether the server accepts connections."""
+        return answers(self.port)
+
+    def close(self) -> None:
+        """Stop the server and remove the cluster."""
+        if (self.data / "postmaster.pid").exists():
+            with contextlib.suppress(subprocess.SubprocessError):
+                self.stop_immediate()
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _read(path: Path) -> str | None:
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return text or None
+
+
+def wait_s(seconds: float) -> None:
+    """Hold a fault for ``seconds`` (an outage's length is the fault, not a wait for a
+    condition)."""
+    time.sleep(seconds)
