@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import Callable, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import Any
 
@@ -236,3 +236,100 @@ def test_broker_down_at_commit_the_outbox_task_runs_later_and_on_commit_loses_it
         assert count_rows(url, "taskq_django_tasks") == 1
         assert worker.log().count("confirmation to ") == 1
         assert worker.stop(timeout_s=20) == 0
+
+
+# -- without a worker ------------------------------------------------------------------------
+
+
+def test_django_priorities_map_monotonically_onto_taskq_levels() -> None:
+    from taskq.contrib.django.tasks.backend import taskq_priority
+
+    levels = [taskq_priority(p) for p in range(-100, 101)]
+
+    assert levels == sorted(levels)
+    assert (levels[0], levels[-1], taskq_priority(0), taskq_priority(1)) == (0, 9, 4, 5)
+    assert sorted(set(levels)) == list(range(10))
+
+
+def test_enqueue_refuses_what_json_cannot_hold_and_leaves_nothing(
+    shop_app: App, django_schema: str
+) -> None:
+    from django.db import transaction
+
+    from tests.contrib.djapp.tasks import add
+
+    with transaction.atomic():
+        with pytest.raises(TypeError, match="Unsupported type"):
+            add.enqueue({1, 2}, 3)
+        queued = add.enqueue((1, 2), b=3)  # a tuple becomes a list, as JSON would have it
+
+    assert (queued.args, queued.kwargs) == ([[1, 2]], {"b": 3})
+    assert add.get_result(queued.id).args == [[1, 2]]
+    url = schema_url(django_schema)
+    assert count_rows(url, "taskq_django_tasks") == count_rows(url, "taskq_outbox") == 1
+
+
+def test_backend_validation_refuses_what_taskq_cannot_run(shop_app: App) -> None:
+    from django.core.exceptions import ImproperlyConfigured
+
+    from taskq.contrib.django.tasks._api import InvalidTask
+    from taskq.contrib.django.tasks.backend import TaskqBackend
+    from tests.contrib.djapp.tasks import add
+
+    with pytest.raises(InvalidTask, match="run_after must be an aware datetime"):
+        add.using(run_after=datetime(2030, 1, 1))  # noqa: DTZ001 - the point of the test
+    with pytest.raises(InvalidTask, match="not valid for backend"):
+        add.using(queue_name="nowhere")
+    with pytest.raises(ImproperlyConfigured, match="unknown option.*transactional"):
+        TaskqBackend("other", {"OPTIONS": {"transactional": True}})
+    with pytest.raises(ImproperlyConfigured, match="max_retries"):
+        TaskqBackend("other", {"OPTIONS": {"max_retries": -1}})
+
+
+def test_task_options_come_from_the_decorator_over_the_backend_options(shop_app: App) -> None:
+    from tests.contrib.djapp.tasks import flaky, label
+
+    options = {t.name: t.options for t in shop_app.registry}
+    flaky_options = options["tests.contrib.djapp.tasks.flaky"]
+    assert (flaky_options.max_retries, flaky_options.retry_backoff) == (2, 0.2)
+    assert flaky_options.autoretry_for == (ConnectionError,)
+    assert options["tests.contrib.djapp.tasks.label"].max_retries == 0  # OPTIONS' default
+    assert options["tests.contrib.djapp.tasks.label"].time_limit_s == 300
+    assert all(options[t.module_path].store_result for t in (flaky, label))
+
+
+def test_system_checks_report_a_database_the_relay_does_not_read(shop_app: App) -> None:
+    from django.core.management import call_command
+
+    from taskq.contrib.django.tasks.backend import TaskqBackend
+    from taskq.contrib.django.tasks.checks import check_backend
+
+    call_command("check")  # the shop's own configuration passes
+
+    missing = TaskqBackend("other", {"OPTIONS": {"database": "nope"}})
+    assert [m.id for m in check_backend(missing)] == ["taskq.E102"]
+    elsewhere = TaskqBackend("other", {"OPTIONS": {"database": "orders"}})
+    databases = {"orders": {"ENGINE": "django.db.backends.sqlite3", "NAME": "/srv/orders.db"}}
+    messages = check_backend(elsewhere, databases)
+    assert [m.id for m in messages] == ["taskq.E103"]
+    assert "would never be published" in messages[0].msg
+
+
+def test_db_prune_deletes_the_records_of_pruned_results_only(shop_app: App) -> None:
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    from taskq.contrib.django.models import TaskRecord, TaskResult
+
+    long_ago = timezone.now() - timedelta(days=30)
+    for task_id, attempted_at in (("pruned", long_ago), ("kept", long_ago), ("waiting", None)):
+        TaskRecord.objects.create(
+            id=task_id, task_path="tests.contrib.djapp.tasks.add", backend="default",
+            queue_name="default", enqueued_at=long_ago, last_attempted_at=attempted_at,
+        )
+    TaskResult.objects.create(task_id="kept", task="tests.contrib.djapp.tasks.add",
+                              state="SUCCESS", created_at=timezone.now())
+
+    call_command("taskq", "db", "prune", "--older-than", "1d")
+
+    assert sorted(TaskRecord.objects.values_list("id", flat=True)) == ["kept", "waiting"]

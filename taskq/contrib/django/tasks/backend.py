@@ -44,6 +44,7 @@ from taskq.contrib.django.tasks._api import (
 from taskq.contrib.django.tasks.registration import TASK_OPTION_NAMES, registered_task
 from taskq.errors import ConfigurationError
 from taskq.message import new_task_id
+from taskq.task import TaskOptions
 
 logger = logging.getLogger(__name__)
 
@@ -117,6 +118,10 @@ class TaskqBackend(BaseTaskBackend):
                 f"TASKS[{alias!r}]['OPTIONS']: unknown option(s) {', '.join(unknown)}; known: "
                 f"{DATABASE_OPTION}, {', '.join(TASK_OPTION_NAMES)}"
             )
+        try:
+            TaskOptions(**options)  # validated now, not at the first task
+        except (ConfigurationError, TypeError) as exc:
+            raise ImproperlyConfigured(f"TASKS[{alias!r}]['OPTIONS']: {exc}") from exc
         self.task_defaults: dict[str, Any] = options
 
     # -- validation --------------------------------------------------------------------------

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.core import checks
 
 
-def check_backend(backend: Any) -> list[checks.CheckMessage]:
+def check_backend(
+    backend: Any, databases: Mapping[str, Any] | None = None
+) -> list[checks.CheckMessage]:
     """Errors that would make ``enqueue()`` lose or misplace tasks.
+
+    Args:
+        backend: The TaskqBackend.
+        databases: ``settings.DATABASES`` unless given.
 
     - ``taskq.E101``: ``taskq.contrib.django`` is not installed (no tables, no App).
     - ``taskq.E102``: ``OPTIONS["database"]`` is not in ``DATABASES``.
@@ -18,6 +25,7 @@ def check_backend(backend: Any) -> list[checks.CheckMessage]:
     from django.apps import apps
     from django.conf import settings
 
+    databases = settings.DATABASES if databases is None else databases
     where = f"TASKS[{backend.alias!r}]"
     if not apps.is_installed("taskq.contrib.django"):
         return [checks.Error(
@@ -25,13 +33,13 @@ def check_backend(backend: Any) -> list[checks.CheckMessage]:
             hint="Add it, set TASKQ = {'app': 'proj.taskq:app'} and run migrate.",
             id="taskq.E101",
         )]
-    if backend.database not in settings.DATABASES:
+    if backend.database not in databases:
         return [checks.Error(
             f"{where}['OPTIONS']['database'] = {backend.database!r} is not in DATABASES",
-            hint=f"Use one of {', '.join(sorted(settings.DATABASES))}.",
+            hint=f"Use one of {', '.join(sorted(databases))}.",
             id="taskq.E102",
         )]
-    return _same_database(backend, where, settings.DATABASES)
+    return _same_database(backend, where, databases)
 
 
 def _same_database(backend: Any, where: str, databases: Any) -> list[checks.CheckMessage]:

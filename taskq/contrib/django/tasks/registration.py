@@ -73,7 +73,9 @@ def registered_task(backend: Any, task: Any) -> TaskqTask[..., Any]:
                     "django.tasks function; rename one of them"
                 )
             return existing
-        _declare_queues(app, backend)
+        if not getattr(backend, "queues_declared", False):
+            _declare_queues(app, backend)
+            backend.queues_declared = True
         options = {**backend.task_defaults, **_own_options(task)}
         decorate: Any = app.task(name=name, store_result=True, **options)
         registered: TaskqTask[..., Any] = decorate(DjangoTaskRunner(task, backend.alias))
