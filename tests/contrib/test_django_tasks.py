@@ -147,6 +147,22 @@ def test_a_failed_task_is_failed_with_its_exception_class_path_and_traceback(
 
 
 @pytest.mark.slow
+def test_a_task_past_its_time_limit_is_failed_with_taskq_s_reason(
+    start_shop_worker: Callable[..., WorkerProcess],
+) -> None:
+    from tests.contrib.djapp.tasks import sleepy
+
+    worker = start_shop_worker()
+
+    queued = sleepy.enqueue(60)  # @task(time_limit_s=1.0); OPTIONS: max_retries=0
+    result = finished(sleepy, queued.id, worker)
+
+    assert result.status == "FAILED" and result.attempts == 1
+    assert [e.exception_class_path for e in result.errors] == ["taskq.errors.TimeLimitExceeded"]
+    assert signals(worker, "task_started", queued.id) == ["RUNNING"]
+    assert worker.stop(timeout_s=20) == 0
+
+@pytest.mark.slow
 def test_priorities_order_a_backlog_and_run_after_is_respected(
     start_shop_worker: Callable[..., WorkerProcess],
 ) -> None:

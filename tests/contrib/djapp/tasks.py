@@ -43,3 +43,10 @@ def note(order_id: int) -> None:
     from orders.models import Order
 
     Order.objects.filter(pk=order_id).update(confirmation="noted")
+
+
+@task(time_limit_s=1.0)
+def sleepy(seconds: float) -> None:
+    import time
+
+    time.sleep(seconds)  # past its hard time limit: the worker replaces the process
