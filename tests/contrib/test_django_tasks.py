@@ -277,6 +277,10 @@ def test_enqueue_refuses_what_json_cannot_hold_and_leaves_nothing(
     with transaction.atomic():
         with pytest.raises(TypeError, match="Unsupported type"):
             add.enqueue({1, 2}, 3)
+        with pytest.raises(TypeError, match=r"args\[0\] has the key 1: JSON object keys"):
+            add.enqueue({1: "a"}, 3)
+        with pytest.raises(ValueError, match=r"kwargs\['b'\] is nan"):
+            add.enqueue(1, b=float("nan"))
         queued = add.enqueue((1, 2), b=3)  # a tuple becomes a list, as JSON would have it
 
     assert (queued.args, queued.kwargs) == ([[1, 2]], {"b": 3})

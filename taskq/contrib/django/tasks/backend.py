@@ -38,9 +38,9 @@ from taskq.contrib.django.tasks._api import (
     Task,
     TaskResult,
     TaskResultStatus,
-    normalize_json,
     task_enqueued,
 )
+from taskq.contrib.django.tasks._json import json_value
 from taskq.contrib.django.tasks.registration import TASK_OPTION_NAMES, registered_task
 from taskq.errors import ConfigurationError
 from taskq.message import new_task_id
@@ -165,7 +165,7 @@ class TaskqBackend(BaseTaskBackend):
 
         Raises:
             InvalidTask: the task is invalid for this backend.
-            TypeError, ValueError: an argument JSON cannot hold (``normalize_json``).
+            TypeError, ValueError: an argument JSON cannot hold exactly (``_json``).
             PublishError: outside a transaction, the broker did not confirm the message.
             OutboxError: the outbox row could not be written (tables not migrated?).
         """
@@ -173,7 +173,8 @@ class TaskqBackend(BaseTaskBackend):
         from taskq.contrib.django.outbox import DjangoOutbox
 
         self.validate_task(task)
-        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+        args = json_value(list(args), what=f"task {task.module_path}: args")
+        kwargs = json_value(dict(kwargs), what=f"task {task.module_path}: kwargs")
         result = self._ready_result(task, new_task_id(), args, kwargs)
         record = TaskRecord(
             id=result.id, task_path=task.module_path, backend=self.alias,

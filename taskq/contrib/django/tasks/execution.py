@@ -27,11 +27,11 @@ from django.utils import timezone
 from taskq.contrib.django.tasks._api import (
     TaskContext,
     TaskResultStatus,
-    normalize_json,
     task_backends,
     task_finished,
     task_started,
 )
+from taskq.contrib.django.tasks._json import json_value
 from taskq.contrib.django.tasks.results import build_result, task_error
 from taskq.errors import Reject, Retry
 from taskq.request import current_request
@@ -78,7 +78,7 @@ class DjangoTaskRunner:
                 value = self.task.call(TaskContext(task_result=running), *args, **kwargs)
             else:
                 value = self.task.call(*args, **kwargs)
-            value = normalize_json(value)
+            value = json_value(value, what=f"task {self.task.module_path}: the return value")
         except BaseException as exc:
             retries = request.retries if request is not None else 0
             self._failed(backend, record, exc, retries)
