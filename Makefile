@@ -43,7 +43,13 @@ $(DJANGO6_STAMP): setup.cfg setup.py scripts/find-python.sh
 	@if [ ! -x $(DJANGO6_VENV)/bin/pip ]; then \
 		python=$$(bash scripts/find-python.sh 3.12) || exit 1; \
 		echo "venv-django6: $$python"; \
-		rm -rf $(DJANGO6_VENV) && $$python -m venv $(DJANGO6_VENV) || exit 1; \
+		rm -rf $(DJANGO6_VENV); \
+		if ! $$python -m venv $(DJANGO6_VENV); then \
+			rm -rf $(DJANGO6_VENV); \
+			echo "venv-django6: $$python cannot create virtualenvs; install its venv" \
+				"module (Debian/Ubuntu: apt-get install python3.12-venv)" >&2; \
+			exit 1; \
+		fi; \
 	fi
 	$(DJANGO6_VENV)/bin/python -m pip install $(PIP_QUIET) -e '.[dev,postgres,django]' \
 		'Django>=6.1,<6.2'

@@ -49,6 +49,8 @@ def test_committed_request_enqueues_one_task_that_the_worker_runs_with_django_se
     broker: Any,
     namespace: str,
 ) -> None:
+    from django.test import Client
+
     # When: a request places an order inside transaction.atomic(), before any worker runs
     response = post_order("ada@example.com", 4200)
 
@@ -76,6 +78,9 @@ def test_committed_request_enqueues_one_task_that_the_worker_runs_with_django_se
     assert confirmation(order_id) == f"Django shop: order #{order_id} confirmed, 42.00 EUR"
     wait_until(lambda: count_rows(url, "taskq_outbox") == 0, timeout_s=10)
     assert worker.log().count("confirmation to ada@example.com") == 1
+    task = Client().get(f"/tasks/{response.json()['task_id']}").json()  # get_result()
+    assert (task["status"], task["attempts"]) == ("SUCCESSFUL", 1)
+    assert task["return_value"] == confirmation(order_id)
     assert worker.stop(timeout_s=20) == 0
 
 

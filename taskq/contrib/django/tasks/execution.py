@@ -59,6 +59,8 @@ class DjangoTaskRunner:
         self.__qualname__ = task.func.__qualname__
         self.__module__ = task.func.__module__
         self.__doc__ = task.func.__doc__
+        #: The taskq task that runs this (set when it is registered).
+        self.taskq_task: Any = None
 
     def __repr__(self) -> str:
         return f"<DjangoTaskRunner {self.task.module_path}>"
@@ -95,21 +97,20 @@ class DjangoTaskRunner:
             traceback.format_exception(type(shown), shown, shown.__traceback__)
         ))]
         _save(backend, record, ["errors"])
-        if self._retried(backend, exc, retries):
+        if self._retried(exc, retries):
             return
         task_finished.send(type(backend), task_result=build_result(
             backend, record, status=TaskResultStatus.FAILED, errors=record.errors,
             finished_at=timezone.now(),
         ))
 
-    def _retried(self, backend: Any, exc: BaseException, retries: int) -> bool:
+    def _retried(self, exc: BaseException, retries: int) -> bool:
         """Whether taskq's worker will retry after ``exc`` (the same decision it takes)."""
-        from taskq.contrib.django.tasks.registration import registered_task
         from taskq.retry import GiveUp, RetryOverrides, RetryPolicy, decide, resolve_policy
 
-        if isinstance(exc, (Reject, KeyboardInterrupt, SystemExit)):
+        taskq_task = self.taskq_task
+        if isinstance(exc, (Reject, KeyboardInterrupt, SystemExit)) or taskq_task is None:
             return False
-        taskq_task = registered_task(backend, self.task)
         policy = resolve_policy(
             RetryPolicy.from_settings(taskq_task.app.settings),
             taskq_task.options.retry_overrides(),

@@ -26,8 +26,6 @@ TASK_OPTION_NAMES = (
 )
 
 _lock = threading.Lock()
-#: module_path -> the Django Task first registered under it (get_result rebuilds from it).
-django_tasks: dict[str, Any] = {}
 
 
 def project_app() -> App:
@@ -60,6 +58,7 @@ def registered_task(backend: Any, task: Any) -> TaskqTask[..., Any]:
             name ``task.module_path`` in the App.
     """
     from taskq.contrib.django.tasks.execution import DjangoTaskRunner
+    from taskq.contrib.django.tasks.results import django_tasks
 
     app = project_app()
     name = task.module_path
@@ -77,8 +76,10 @@ def registered_task(backend: Any, task: Any) -> TaskqTask[..., Any]:
             _declare_queues(app, backend)
             backend.queues_declared = True
         options = {**backend.task_defaults, **_own_options(task)}
+        runner = DjangoTaskRunner(task, backend.alias)
         decorate: Any = app.task(name=name, store_result=True, **options)
-        registered: TaskqTask[..., Any] = decorate(DjangoTaskRunner(task, backend.alias))
+        registered: TaskqTask[..., Any] = decorate(runner)
+        runner.taskq_task = registered
         django_tasks[name] = task
         return registered
 

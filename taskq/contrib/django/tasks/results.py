@@ -30,9 +30,12 @@ from taskq.contrib.django.tasks._api import (
     TaskResultDoesNotExist,
     TaskResultStatus,
 )
-from taskq.contrib.django.tasks.registration import django_tasks
 
 logger = logging.getLogger(__name__)
+
+#: module_path -> the Django Task registered under it (filled by registration; get_result
+#: rebuilds a result's task from it, or imports it in a process that has not registered it).
+django_tasks: dict[str, Any] = {}
 
 _STATUS = {
     "PENDING": TaskResultStatus.READY,
