@@ -353,3 +353,20 @@ def test_db_prune_deletes_the_records_of_pruned_results_only(shop_app: App) -> N
     call_command("taskq", "db", "prune", "--older-than", "1d")
 
     assert sorted(TaskRecord.objects.values_list("id", flat=True)) == ["kept", "waiting"]
+
+
+def test_a_call_too_large_to_send_leaves_no_record_in_a_transaction_that_commits(
+    shop_app: App, django_schema: str
+) -> None:
+    from django.db import transaction
+
+    from taskq import MessageTooLarge
+    from tests.contrib.djapp.tasks import label
+
+    with transaction.atomic():
+        with pytest.raises(MessageTooLarge, match="max_message_size_bytes"):
+            label.enqueue("x" * 2_000_000)
+        # the caller goes on and commits
+
+    url = schema_url(django_schema)
+    assert count_rows(url, "taskq_django_tasks") == count_rows(url, "taskq_outbox") == 0

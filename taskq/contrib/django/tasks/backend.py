@@ -169,10 +169,18 @@ class TaskqBackend(BaseTaskBackend):
             PublishError: outside a transaction, the broker did not confirm the message.
             OutboxError: the outbox row could not be written (tables not migrated?).
         """
-        from taskq.contrib.django.models import TaskRecord
-        from taskq.contrib.django.outbox import DjangoOutbox
-
         self.validate_task(task)
+        call = self._call(task, args, kwargs)
+        connection = connections[self.database]
+        if connection.in_atomic_block:
+            self._enqueue_in_transaction(call, connection)
+        else:
+            self._publish(call)
+        return call.result
+
+    def _call(self, task: Any, args: Sequence[Any], kwargs: Mapping[str, Any]) -> _Call:
+        from taskq.contrib.django.models import TaskRecord
+
         args = json_value(list(args), what=f"task {task.module_path}: args")
         kwargs = json_value(dict(kwargs), what=f"task {task.module_path}: kwargs")
         result = self._ready_result(task, new_task_id(), args, kwargs)
@@ -186,22 +194,28 @@ class TaskqBackend(BaseTaskBackend):
             args, kwargs, priority=taskq_priority(task.priority), task_id=result.id,
             eta=task.run_after,
         )
-        queue = self.taskq_queue(task.queue_name)
-        connection = connections[self.database]
-        if connection.in_atomic_block:
-            record.save(using=self.database, force_insert=True)
-            taskq_task.app.enqueue(DjangoOutbox(connection), envelope, queue)
-            transaction.on_commit(partial(self._send_enqueued, result), using=self.database)
-            return result
-        record.save(using=self.database, force_insert=True)
+        return _Call(result, record, envelope, self.taskq_queue(task.queue_name), taskq_task.app)
+
+    def _enqueue_in_transaction(self, call: _Call, connection: Any) -> None:
+        from taskq.contrib.django.outbox import DjangoOutbox
+
+        # The outbox row first: a call too large to send raises before anything is written,
+        # so a caller that catches it and commits leaves no record behind.
+        call.app.enqueue(DjangoOutbox(connection), call.envelope, call.queue)
+        call.record.save(using=self.database, force_insert=True)
+        transaction.on_commit(partial(self._send_enqueued, call.result), using=self.database)
+
+    def _publish(self, call: _Call) -> None:
+        # The record first, so that a worker quick to start the task finds it.
+        call.record.save(using=self.database, force_insert=True)
         try:
-            taskq_task.app.send(envelope, queue)
+            call.app.send(call.envelope, call.queue)
         except BaseException:
-            # Not published: the caller sees the error and nothing should claim the task.
-            TaskRecord.objects.using(self.database).filter(pk=record.id).delete()
+            # The caller gets the error and no task id. Should an unconfirmed message still
+            # arrive, the worker runs it without a record (nobody can ask for its result).
+            call.record.delete(using=self.database)
             raise
-        self._send_enqueued(result)
-        return result
+        self._send_enqueued(call.result)
 
     def _ready_result(self, task: Any, task_id: str, args: Any, kwargs: Any) -> Any:
         return TaskResult(
@@ -232,6 +246,17 @@ class TaskqBackend(BaseTaskBackend):
         from taskq.contrib.django.tasks.checks import check_backend
 
         return [*super().check(**kwargs), *check_backend(self)]
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One ``enqueue()``: what Django gets back, what is stored and what is sent."""
+
+    result: Any
+    record: Any
+    envelope: Any
+    queue: str
+    app: Any
 
 
 def _taskq_setting() -> Mapping[str, Any]:
