@@ -120,7 +120,7 @@ def test_rolled_back_enqueue_never_runs_and_a_committed_one_runs_once_with_its_r
 def test_a_failed_task_is_failed_with_its_exception_class_path_and_traceback(
     start_shop_worker: Callable[..., WorkerProcess], enqueued: list[Any],
 ) -> None:
-    from tests.contrib.djapp.tasks import add, decline
+    from tests.contrib.djapp.tasks import add, decline, label
 
     worker = start_shop_worker()
 
@@ -143,6 +143,11 @@ def test_a_failed_task_is_failed_with_its_exception_class_path_and_traceback(
     queued = asyncio.run(add.aenqueue(20, 22))
     worker.wait_for(lambda: str(add.get_result(queued.id).status) == "SUCCESSFUL")
     assert asyncio.run(add.aget_result(queued.id)).return_value == 42
+
+    # A signal receiver that raises in the worker is logged and fails nothing
+    survived = finished(label, label.enqueue("receiver-raises").id, worker)
+    assert (survived.status, survived.attempts) == ("SUCCESSFUL", 1)
+    assert "a receiver's own bug" in worker.log()
     assert worker.stop(timeout_s=20) == 0
 
 

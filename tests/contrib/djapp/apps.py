@@ -26,5 +26,7 @@ def _logger_of(label: str) -> Any:
     def log(sender: Any, task_result: Any, **kwargs: Any) -> None:
         logger.info("signal %s %s %s attempts=%s sender=%s", label, task_result.id,
                     task_result.status, task_result.attempts, sender.__name__)
+        if label == "task_finished" and task_result.args == ["receiver-raises"]:
+            raise RuntimeError("a receiver's own bug")
 
     return log

@@ -7,6 +7,7 @@ normalises the return value to JSON as Django requires. ``task_finished`` is sen
 task: after the attempt that succeeded, or after the failed attempt that taskq's retry
 policy will not retry (a failed attempt that will be retried returns the task to READY).
 It is sent before taskq stores the result and acks the message, from inside the worker.
+A receiver that raises in the worker is logged; it does not fail the task.
 
 Record writes are best effort: when the database cannot be reached the task still runs
 (taskq's own result write, before the ack, decides what happens to the delivery), and
@@ -74,7 +75,7 @@ class DjangoTaskRunner:
         record = _start_attempt(backend, self.task, task_id, args, kwargs)
         running = build_result(backend, record, status=TaskResultStatus.RUNNING,
                                errors=record.errors)
-        task_started.send(sender, task_result=running)
+        _send(task_started, sender, running)
         try:
             if self.task.takes_context:
                 value = self.task.call(TaskContext(task_result=running), *args, **kwargs)
@@ -85,7 +86,7 @@ class DjangoTaskRunner:
             retries = request.retries if request is not None else 0
             self._failed(backend, record, exc, retries)
             raise
-        task_finished.send(sender, task_result=build_result(
+        _send(task_finished, sender, build_result(
             backend, record, status=TaskResultStatus.SUCCESSFUL, errors=record.errors,
             finished_at=timezone.now(), return_value=value,
         ))
@@ -99,7 +100,7 @@ class DjangoTaskRunner:
         _save(backend, record, ["errors"])
         if self._retried(exc, retries):
             return
-        task_finished.send(type(backend), task_result=build_result(
+        _send(task_finished, type(backend), build_result(
             backend, record, status=TaskResultStatus.FAILED, errors=record.errors,
             finished_at=timezone.now(),
         ))
@@ -118,6 +119,20 @@ class DjangoTaskRunner:
         if isinstance(exc, Retry) and exc.max_retries is not None:
             policy = resolve_policy(policy, RetryOverrides(max_retries=exc.max_retries))
         return not isinstance(decide(policy, exc, retries), GiveUp)
+
+
+def _send(signal: Any, sender: Any, result: Any) -> None:
+    """Send a signal; a receiver that raises is logged and changes nothing about the task.
+
+    In the worker a failing receiver must not turn a task that succeeded into a retry.
+    """
+    for receiver, outcome in signal.send_robust(sender, task_result=result):
+        if isinstance(outcome, Exception):
+            logger.error(
+                "task %s[%s]: receiver %r of a django.tasks signal raised %s: %s",
+                result.task.module_path, result.id, receiver, type(outcome).__name__, outcome,
+                exc_info=(type(outcome), outcome, outcome.__traceback__),
+            )
 
 
 def _start_attempt(backend: Any, task: Any, task_id: str, args: Any, kwargs: Any) -> Any:
