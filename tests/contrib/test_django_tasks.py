@@ -375,3 +375,17 @@ def test_a_call_too_large_to_send_leaves_no_record_in_a_transaction_that_commits
 
     url = schema_url(django_schema)
     assert count_rows(url, "taskq_django_tasks") == count_rows(url, "taskq_outbox") == 0
+
+
+def test_the_backend_queues_are_consumed_by_taskq_worker(shop_app: App, namespace: str) -> None:
+    from taskq.contrib.django.tasks.backend import TaskqBackend
+    from tests.contrib.djapp.tasks import add
+
+    emails = f"{namespace}.emails"
+    backend = TaskqBackend("other", {"QUEUES": ["default", emails]})
+
+    backend.validate_task(add)  # what Django does when it builds a Task
+
+    assert emails in shop_app.queue_names()  # `taskq worker` without -Q consumes them
+    assert backend.taskq_queue("default") == shop_app.settings.default_queue
+    assert backend.taskq_queue(emails) == emails

@@ -63,6 +63,9 @@ def registered_task(backend: Any, task: Any) -> TaskqTask[..., Any]:
     app = project_app()
     name = task.module_path
     with _lock:
+        if not getattr(backend, "queues_declared", False):
+            _declare_queues(app, backend)
+            backend.queues_declared = True
         existing = app.registry.lookup(name)
         if existing is not None:
             runner = existing.fn
@@ -72,9 +75,6 @@ def registered_task(backend: Any, task: Any) -> TaskqTask[..., Any]:
                     "django.tasks function; rename one of them"
                 )
             return existing
-        if not getattr(backend, "queues_declared", False):
-            _declare_queues(app, backend)
-            backend.queues_declared = True
         options = {**backend.task_defaults, **_own_options(task)}
         runner = DjangoTaskRunner(task, backend.alias)
         decorate: Any = app.task(name=name, store_result=True, **options)
