@@ -389,3 +389,34 @@ def test_the_backend_queues_are_consumed_by_taskq_worker(shop_app: App, namespac
     assert emails in shop_app.queue_names()  # `taskq worker` without -Q consumes them
     assert backend.taskq_queue("default") == shop_app.settings.default_queue
     assert backend.taskq_queue(emails) == emails
+
+
+@pytest.mark.parametrize(
+    ("state", "status"),
+    [("STARTED", "RUNNING"), ("RETRY", "READY"), ("SUCCESS", "SUCCESSFUL"),
+     ("FAILURE", "FAILED"), ("DEAD", "FAILED")],
+)
+def test_get_result_maps_taskq_states_onto_django_statuses(
+    shop_app: App, state: str, status: str
+) -> None:
+    from django.utils import timezone
+
+    from taskq.contrib.django.models import TaskRecord, TaskResult
+    from tests.contrib.djapp.tasks import add
+
+    now = timezone.now()
+    TaskRecord.objects.create(
+        id="t1", task_path=add.module_path, backend="default", queue_name="default",
+        args=[1, 2], enqueued_at=now, started_at=now, last_attempted_at=now,
+        worker_ids=["host:1"],
+    )
+    TaskResult.objects.create(task_id="t1", task=add.module_path, state=state, created_at=now,
+                              error="Reject: out of stock", finished_at=now)
+
+    result = add.get_result("t1")
+
+    assert (result.status, result.attempts, result.args) == (status, 1, [1, 2])
+    assert (result.finished_at is not None) == (status in FINAL)
+    if status == "FAILED":  # ended outside the function: taskq's reason
+        assert [e.exception_class_path for e in result.errors] == ["taskq.errors.Reject"]
+        assert result.errors[0].traceback == "Reject: out of stock"
