@@ -78,7 +78,10 @@ def test_committed_request_enqueues_one_task_that_the_worker_runs_with_django_se
     assert confirmation(order_id) == f"Django shop: order #{order_id} confirmed, 42.00 EUR"
     wait_until(lambda: count_rows(url, "taskq_outbox") == 0, timeout_s=10)
     assert worker.log().count("confirmation to ada@example.com") == 1
-    task = Client().get(f"/tasks/{response.json()['task_id']}").json()  # get_result()
+    # The order's confirmation is written inside the task, its result just after it
+    task_url = f"/tasks/{response.json()['task_id']}"  # get_result()
+    wait_until(lambda: Client().get(task_url).json()["status"] != "RUNNING", timeout_s=10)
+    task = Client().get(task_url).json()
     assert (task["status"], task["attempts"]) == ("SUCCESSFUL", 1)
     assert task["return_value"] == confirmation(order_id)
     assert worker.stop(timeout_s=20) == 0
