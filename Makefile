@@ -1,13 +1,23 @@
 # make demo: run the example app.  make test: run the whole test suite.  make faults: the fault suite.
 # Both build .venv, install taskq into it and make sure the services they need answer.
+#
+# Two environments: .venv on the default python3 (the whole suite, with Django 4.2 LTS and
+# the django-tasks backport), and .venv-django6 on Python 3.12 or newer (Django 6.1, which
+# needs it; only the Django tests run there). make test builds both and says which
+# interpreter it could not find.
 
 PYTHON ?= python3
 VENV := .venv
 VENV_PYTHON := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Django 6 environment; DJANGO6_PYTHON=/path/to/python3.12 picks its interpreter.
+DJANGO6_VENV := .venv-django6
+DJANGO6_STAMP := $(DJANGO6_VENV)/.installed
+DJANGO_TESTS := tests/contrib/test_django.py tests/contrib/test_django_tasks.py
+PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: venv services test faults demo lint
+.PHONY: venv venv-django6 services test faults demo lint
 
 venv: $(STAMP)
 
@@ -23,14 +33,34 @@ $(STAMP): setup.cfg setup.py
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; \
 		$(PYTHON) -m venv $(VENV); \
 	fi
-	$(VENV_PYTHON) -m pip install --quiet --disable-pip-version-check -e '.[dev,postgres,flask,django]'
+	$(VENV_PYTHON) -m pip install $(PIP_QUIET) -e '.[dev,postgres,flask,django,django-tasks]' \
+		'Django>=4.2,<5'
+	@touch $@
+
+venv-django6: $(DJANGO6_STAMP)
+
+$(DJANGO6_STAMP): setup.cfg setup.py scripts/find-python.sh
+	@if [ ! -x $(DJANGO6_VENV)/bin/pip ]; then \
+		python=$$(bash scripts/find-python.sh 3.12) || exit 1; \
+		echo "venv-django6: $$python"; \
+		rm -rf $(DJANGO6_VENV); \
+		if ! $$python -m venv $(DJANGO6_VENV); then \
+			rm -rf $(DJANGO6_VENV); \
+			echo "venv-django6: $$python cannot create virtualenvs; install its venv" \
+				"module (Debian/Ubuntu: apt-get install python3.12-venv)" >&2; \
+			exit 1; \
+		fi; \
+	fi
+	$(DJANGO6_VENV)/bin/python -m pip install $(PIP_QUIET) -e '.[dev,postgres,django]' \
+		'Django>=6.1,<6.2'
 	@touch $@
 
 services:
 	bash scripts/ensure-services.sh rabbitmq postgres
 
-test: venv services
+test: venv venv-django6 services
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
+	$(DJANGO6_VENV)/bin/pytest -q $(DJANGO_TESTS)
 
 # The fault suite alone (tests/faults, docs/reliability.md): a private RabbitMQ node and
 # PostgreSQL cluster of its own. TASKQ_FAULT_SEED replays a run, TASKQ_FAULT_SCALE resizes it.

@@ -1,7 +1,8 @@
 """Django integration, through the example shop, against real RabbitMQ and PostgreSQL.
 
-Django is set up once in this process (the example's settings, a PostgreSQL schema of this
-session); nothing else in the suite imports it. Worker subprocesses run
+Django is set up once in this process (the example's settings plus tests/contrib/djapp, a
+PostgreSQL schema of this session: tests/contrib/conftest.py); only the Django test modules
+import it. Worker subprocesses run
 ``manage.py taskq worker`` with the same settings.
 """
 
@@ -11,7 +12,7 @@ import os
 import subprocess
 import sys
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,63 +22,9 @@ import sqlalchemy as sa
 from taskq import App, ConfigurationError, SerializationError
 from taskq.schema import metadata
 from taskq.testing import WorkerProcess, eager
-from tests.conftest import BROKER_URL, POSTGRES_URL, delete_topology, postgres_schema
-from tests.contrib.conftest import ROOT, count_rows, schema_url
+from tests.conftest import POSTGRES_URL
+from tests.contrib.conftest import ROOT, SHOP_DIR, count_rows, schema_url, shop_database_env
 from tests.support.waiting import wait_until
-
-SHOP_DIR = ROOT / "examples" / "django_shop"
-
-
-def shop_database_env(schema: str) -> dict[str, str]:
-    """The example settings' SHOP_DATABASE_* variables for POSTGRES_URL, in ``schema``."""
-    url = sa.engine.make_url(POSTGRES_URL)
-    return {
-        "SHOP_DATABASE_NAME": url.database or "",
-        "SHOP_DATABASE_USER": url.username or "",
-        "SHOP_DATABASE_PASSWORD": url.password or "",
-        "SHOP_DATABASE_HOST": url.host or "",
-        "SHOP_DATABASE_PORT": str(url.port or ""),
-        "SHOP_DATABASE_OPTIONS": f"-csearch_path={schema}",
-    }
-
-
-@pytest.fixture(scope="module")
-def django_schema() -> Iterator[str]:
-    """Django set up on the example shop, migrated into a schema of this session."""
-    with postgres_schema("tqd", taskq_tables=False) as schema:  # the migrations make them
-        os.environ.update(shop_database_env(schema))
-        os.environ["DJANGO_SETTINGS_MODULE"] = "shopsite.settings"
-        sys.path.insert(0, str(SHOP_DIR))
-        import django
-        from django.core.management import call_command
-        from django.db import connections
-
-        django.setup()
-        call_command("migrate", verbosity=0)
-        try:
-            yield schema
-        finally:
-            connections.close_all()
-
-
-@pytest.fixture
-def shop_app(django_schema: str, namespace: str) -> Iterator[App]:
-    """The example's App in this test's namespace; orders and outbox emptied afterwards."""
-    from django.db import connection
-    from orders.models import Order
-
-    from taskq.contrib.django import get_app
-
-    app = get_app()
-    app.configure(
-        broker_url=BROKER_URL, namespace=namespace, default_queue=f"{namespace}.default"
-    )
-    yield app
-    Order.objects.all().delete()
-    with connection.cursor() as cursor:
-        cursor.execute("DELETE FROM taskq_outbox")
-    app.close()
-    delete_topology(app)
 
 
 def post_order(email: str, total_cents: int) -> Any:
@@ -102,6 +49,8 @@ def test_committed_request_enqueues_one_task_that_the_worker_runs_with_django_se
     broker: Any,
     namespace: str,
 ) -> None:
+    from django.test import Client
+
     # When: a request places an order inside transaction.atomic(), before any worker runs
     response = post_order("ada@example.com", 4200)
 
@@ -129,6 +78,12 @@ def test_committed_request_enqueues_one_task_that_the_worker_runs_with_django_se
     assert confirmation(order_id) == f"Django shop: order #{order_id} confirmed, 42.00 EUR"
     wait_until(lambda: count_rows(url, "taskq_outbox") == 0, timeout_s=10)
     assert worker.log().count("confirmation to ada@example.com") == 1
+    # The order's confirmation is written inside the task, its result just after it
+    task_url = f"/tasks/{response.json()['task_id']}"  # get_result()
+    wait_until(lambda: Client().get(task_url).json()["status"] != "RUNNING", timeout_s=10)
+    task = Client().get(task_url).json()
+    assert (task["status"], task["attempts"]) == ("SUCCESSFUL", 1)
+    assert task["return_value"] == confirmation(order_id)
     assert worker.stop(timeout_s=20) == 0
 
 
@@ -170,11 +125,12 @@ def test_request_that_raises_after_enqueueing_publishes_nothing(
 
 def test_delay_outside_an_atomic_block_publishes_directly(shop_app: App, broker: Any) -> None:
     from orders.models import Order
-    from orders.tasks import send_confirmation
+
+    from tests.contrib.djapp.tasks import note
 
     order = Order.objects.create(email="eve@example.com", total_cents=1)  # autocommit
 
-    result = send_confirmation.delay(order.id)
+    result = note.delay(order.id)  # taskq's own @app.task API, beside django.tasks
 
     assert broker.depth(result.queue) == 1
     assert Order.objects.get(pk=order.id).confirmation is None  # a worker would run it
@@ -197,11 +153,12 @@ def test_eager_mode_runs_the_task_on_commit_and_never_on_rollback(shop_app: App)
 
 def test_eager_mode_raises_serialization_errors_at_delay(shop_app: App) -> None:
     from django.db import transaction
-    from orders.tasks import send_confirmation
+
+    from tests.contrib.djapp.tasks import note
 
     with eager(shop_app), transaction.atomic():
         with pytest.raises(SerializationError, match=r"args\[0\]"):
-            send_confirmation.delay({1, 2})
+            note.delay({1, 2})
 
 
 def _columns(url: str, schema: str | None = None) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """Settings of the example shop: SQLite by default, PostgreSQL when SHOP_DATABASE_NAME is set.
 
+``TASKS`` runs ``django.tasks`` functions on taskq (``TaskqBackend``).
+
 taskq's broker and other settings come from ``TASKQ_*`` environment variables
 (``TASKQ_BROKER_URL``...) unless ``TASKQ`` below names them.
 """
@@ -48,6 +50,16 @@ else:
 TASKQ = {
     "app": "shopsite.taskq_app:app",
     # Any taskq setting by name, e.g. "broker_url": "amqp://...", "default_queue": "shop".
+}
+
+# django.tasks (Django 6; the django-tasks backport before): taskq runs the @task functions.
+TASKS = {
+    "default": {
+        "BACKEND": "taskq.contrib.django.tasks.TaskqBackend",
+        "QUEUES": ["default"],  # Django's "default" is TASKQ's default_queue
+        # Defaults of taskq's task options; @task(max_retries=...) overrides them.
+        "OPTIONS": {"max_retries": 0, "time_limit_s": 300},
+    }
 }
 
 SHOP_NAME = "Django shop"

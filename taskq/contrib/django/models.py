@@ -73,3 +73,35 @@ class TaskResult(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task}[{self.task_id}] {self.state}"
+
+
+class TaskRecord(models.Model):
+    """A ``django.tasks`` call enqueued through ``TaskqBackend`` (``taskq_django_tasks``).
+
+    Written in the caller's transaction together with the outbox row, so a rolled-back
+    ``enqueue()`` leaves neither; the worker adds each attempt's worker id and error.
+    ``TaskqBackend.get_result()`` reads it with the task's ``taskq_results`` row (status,
+    return value, finished_at), which only exists once a worker started the task. Django
+    only: not part of ``taskq.metadata``.
+    """
+
+    id = models.CharField(max_length=255, primary_key=True)
+    task_path = models.CharField(max_length=255)
+    backend = models.CharField(max_length=255)
+    queue_name = models.CharField(max_length=255)
+    priority = models.SmallIntegerField(default=0)
+    run_after = models.DateTimeField(null=True)
+    args = models.JSONField(default=list)
+    kwargs = models.JSONField(default=dict)
+    enqueued_at = models.DateTimeField()
+    started_at = models.DateTimeField(null=True)
+    last_attempted_at = models.DateTimeField(null=True)
+    worker_ids = models.JSONField(default=list)
+    errors = models.JSONField(default=list)
+
+    class Meta:
+        db_table = "taskq_django_tasks"
+        indexes = [models.Index(fields=["enqueued_at"], name="ix_taskq_django_tasks_enq")]
+
+    def __str__(self) -> str:
+        return f"{self.task_path}[{self.id}]"
