@@ -17,6 +17,7 @@ from urllib.parse import quote
 import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
+from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
 from taskq.broker import _management as management
 from taskq.broker.topology import Declarations
@@ -76,7 +77,9 @@ def open_connection(
             "user and password in TASKQ_BROKER_URL",
             url=redact_url(settings.broker_url),
         ) from exc
-    except (pika.exceptions.AMQPError, OSError) as exc:
+    except (pika.exceptions.AMQPError, AMQPConnectorException, OSError) as exc:
+        # AMQPConnectorException: a handshake that timed out (a blackholed network) or was
+        # aborted reaches us as pika's connector exception, not as an AMQPError.
         raise BrokerConnectionError(
             f"cannot connect to RabbitMQ at {redact_url(settings.broker_url)} "
             f"({type(exc).__name__}: {_detail(exc)}); is the broker running and "
