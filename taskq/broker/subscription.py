@@ -153,6 +153,11 @@ class Subscription:
         self._deliveries: queue.SimpleQueue[Delivery | None] = queue.SimpleQueue()
         self._pending: deque[tuple[Delivery, int]] = deque()
         self._flush_scheduled = False
+        # Settlements queued by the main thread, and those the I/O thread has written to the
+        # socket (or dropped as stale): see wait_sent().
+        self._settled = 0
+        self._sent = 0
+        self._sent_changed = threading.Condition()
         self._connection: pika.BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
         # Moves on at each new channel and again as soon as its loss is seen (module docstring).
@@ -241,6 +246,7 @@ class Subscription:
     def settle(self, delivery: Delivery, action: int) -> None:
         """Queue an ack or reject for ``delivery`` and wake the I/O thread to send it."""
         self._pending.append((delivery, action))
+        self._settled += 1
         if self._flush_scheduled:
             return
         self._flush_scheduled = True
@@ -253,6 +259,23 @@ class Subscription:
             # The I/O thread is reconnecting; it flushes (and drops as stale) what is
             # pending once the new connection is up.
             self._flush_scheduled = False
+
+    def wait_sent(self, timeout_s: float) -> bool:
+        """Wait until every ack and reject queued so far is written to the broker's socket.
+
+        Acks are sent by the I/O thread a moment after :meth:`settle`; a process that dies in
+        that moment loses them, and the broker redelivers the message. Before a task body
+        that may crash the process runs, the loop waits here after a settlement that a
+        redelivery would repeat (a dead letter, a retry). Once written, the kernel sends the
+        bytes even if the process dies. Settlements of a channel that is gone count as done
+        (the broker redelivers those anyway).
+
+        Returns:
+            Whether they were all sent within ``timeout_s``.
+        """
+        target = self._settled
+        with self._sent_changed:
+            return self._sent_changed.wait_for(lambda: self._sent >= target, timeout_s)
 
     def stop_consuming(self) -> None:
         """Ask the broker to stop sending (``basic_cancel``, within ~0.5 s).
@@ -406,22 +429,31 @@ class Subscription:
         self._flush_scheduled = False
         pending, channel, generation = self._pending, self._channel, self._generation
         ack_up_to = 0
-        while pending:
-            delivery, action = pending.popleft()
-            if delivery.generation != generation or channel is None:
-                logger.warning(
-                    "cannot settle message %s: its channel is gone; the broker redelivers it",
-                    delivery.message.message_id,
-                )
-            elif action == _ACK:
-                ack_up_to = delivery.delivery_tag
-            else:
-                if ack_up_to:
-                    channel.basic_ack(ack_up_to, multiple=True)
-                    ack_up_to = 0
-                channel.basic_reject(delivery.delivery_tag, requeue=action == _REQUEUE)
-        if ack_up_to and channel is not None:
-            channel.basic_ack(ack_up_to, multiple=True)
+        done = 0
+        try:
+            while pending:
+                delivery, action = pending.popleft()
+                done += 1
+                if delivery.generation != generation or channel is None:
+                    logger.warning(
+                        "cannot settle message %s: its channel is gone; the broker "
+                        "redelivers it", delivery.message.message_id,
+                    )
+                elif action == _ACK:
+                    ack_up_to = delivery.delivery_tag
+                else:
+                    if ack_up_to:
+                        channel.basic_ack(ack_up_to, multiple=True)
+                        ack_up_to = 0
+                    channel.basic_reject(delivery.delivery_tag, requeue=action == _REQUEUE)
+            if ack_up_to and channel is not None:
+                channel.basic_ack(ack_up_to, multiple=True)  # BlockingChannel writes it now
+        finally:
+            # Counted even when the channel failed: those settlements are lost with it and
+            # the broker redelivers their messages; a waiter must not wait for them.
+            with self._sent_changed:
+                self._sent += done
+                self._sent_changed.notify_all()
 
     def _tick(self) -> None:
         channel, connection = self._channel, self._connection

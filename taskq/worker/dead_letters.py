@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from traceback import format_exception
 from typing import TYPE_CHECKING, Any
 
 from taskq.message import RETRIES, TASK, WireMessage, dead_letter_headers
@@ -112,6 +113,26 @@ class DeadLetterer:
                 error_type, error, traceback,
             )
         return True
+
+    def park_worker_error(self, delivery: Delivery, exc: Exception) -> None:
+        """Dead-letter a delivery whose handling raised in taskq itself (``WorkerError``).
+
+        The error is the worker's, not the task's: it is logged with its traceback and the
+        message parked with it, so that one bad message never takes the process down.
+        """
+        message = delivery.message
+        name = message.headers.get(TASK)
+        logger.exception(
+            "task %s[%s] from %s: the worker failed while handling the message (%s: %s); "
+            "dead-lettering it", name if isinstance(name, str) else "(unknown task)",
+            message.message_id, delivery.queue, type(exc).__name__, exc,
+        )
+        self.dead_letter(
+            delivery, "WorkerError",
+            f"the worker failed while handling this message (not the task): "
+            f"{type(exc).__name__}: {exc}",
+            traceback="".join(format_exception(exc)),
+        )
 
     def _reject_to_broker_dlx(
         self, delivery: Delivery, shown: str, error_type: str, error: str

@@ -18,14 +18,12 @@ unless the log level is enabled, and no database calls.
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import time
-import traceback
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from taskq.errors import DecodeError, IdempotencyError, ResultError, Retry
 from taskq.message import IDEMPOTENCY_KEY, TASK, Envelope, decode
@@ -49,9 +47,9 @@ from taskq.worker.execution import (
     Rejected,
     Succeeded,
     execute,
-    in_task_context,
 )
 from taskq.worker.infra_faults import FaultBackoff, Hold, SendBack
+from taskq.worker.plans import Plan, plan_of
 from taskq.worker.retrying import Retrier
 from taskq.worker.time_limits import delivery_key
 
@@ -63,22 +61,13 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
+# Longest wait for the I/O thread to write a failure's settlement before the next delivery.
+SETTLEMENT_SEND_WAIT_S = 1.0
 # How long get() blocks before the loop looks at its flags again (stop, parent alive).
 _IDLE_POLL_S = 0.5
 # A delivery due later than this is sent back to wait in the broker instead of run early
 # (a delay backend hiccup); clocks of producer and worker may differ by less.
 _EARLY_TOLERANCE_S = 1.0
-
-
-class _Plan(NamedTuple):
-    """What the loop needs of a task, looked up once per task name."""
-
-    fn: Any
-    soft_time_limit_s: float | None
-    time_limit_s: float | None
-    idempotent: bool
-    transactional: bool
-    policy: RetryPolicy
 
 
 class WorkerLoop:
@@ -112,7 +101,7 @@ class WorkerLoop:
         self._soft_limit = soft_limit
         self._max_size = settings.max_message_size_bytes
         self._max_tasks = settings.max_tasks_per_child
-        self._plans = {task.name: _plan(task) for task in app.registry}
+        self._plans = {task.name: plan_of(task) for task in app.registry}
         self._dedupe = Deduplicator(app)
         # Deliveries whose idempotency keys are claimed and checked together (0: no
         # idempotent task).
@@ -138,6 +127,7 @@ class WorkerLoop:
         )
         self.stop_requested = False
         self.tasks_done = 0
+        self._unsent_settlement = False
 
     def request_stop(self) -> None:
         """Warm stop: finish the task in hand, then return. Safe in a signal handler."""
@@ -218,42 +208,36 @@ class WorkerLoop:
         self._dedupe.precheck(keys)
 
     def _contain(self, delivery: Delivery, exc: Exception) -> None:
-        """Settle a delivery whose handling raised: dead-letter it, else requeue it later.
+        """Settle a delivery whose handling raised (a worker bug): park it with the reason.
 
         Everything after a delivery's ack or dead letter is logging and observers (which
         isolate their own failures), so a delivery that got here is not settled yet.
         """
-        message = delivery.message
-        name = message.headers.get(TASK) if isinstance(message.headers, dict) else None
-        shown = name if isinstance(name, str) else "(unknown task)"
-        logger.exception(
-            "task %s[%s] from %s: the worker failed while handling the message (%s: %s); "
-            "dead-lettering it", shown, message.message_id, delivery.queue,
-            type(exc).__name__, exc,
-        )
         self._slot.release()  # it may have failed with the task in hand: no hard limit now
-        error = (f"the worker failed while handling this message (not the task): "
-                 f"{type(exc).__name__}: {exc}")
-        try:
-            self._dead_letters.dead_letter(
-                delivery, "WorkerError", error,
-                traceback="".join(traceback.format_exception(exc)),
-            )
-        except Exception:
-            # Requeueing would bring it back to the same bug: the queue's own dead-letter
-            # exchange parks it in Q.dlq instead (without taskq-error-* headers; this log
-            # line says why).
-            logger.exception(
-                "task %s[%s] from %s could not be dead-lettered either; rejecting it to the "
-                "queue's dead-letter exchange", shown, message.message_id, delivery.queue,
-            )
-            delivery.reject(requeue=False)
+        self._unsent_settlement = True
+        self._dead_letters.park_worker_error(delivery, exc)
 
     def handle(self, delivery: Delivery) -> None:
-        """Take one delivery to exactly one outcome action."""
+        """Take one delivery to exactly one outcome action.
+
+        After a delivery settled otherwise than by a success (a dead letter, a retry, a
+        postponement), its ack is on the wire before the next delivery is handled: if the
+        next task crashed the process first, the broker would redeliver the settled message
+        and its dead letter or retry would be published twice (and a crash-loop count, which
+        is forgotten once the message is parked, would start over). A success needs no
+        wait: a redelivery of it is a duplicate its idempotency key absorbs, and
+        ``idempotent=False`` tasks are documented to run again then.
+        """
+        if self._unsent_settlement:
+            self._unsent_settlement = False
+            self._subscription.wait_sent(SETTLEMENT_SEND_WAIT_S)
+        self._unsent_settlement = not self._handle(delivery)
+
+    def _handle(self, delivery: Delivery) -> bool:
+        """:meth:`handle`; ``True`` when settled by a success (or as a duplicate)."""
         prepared = self._prepare(delivery)
         if prepared is None:
-            return
+            return False
         envelope, plan = prepared
         name = envelope.task
         observers = self._observers
@@ -264,12 +248,12 @@ class WorkerLoop:
                 # It ran here already and went back only because its result could not be
                 # stored (database unreachable): store it now instead of running it again.
                 self._report_success(delivery, envelope, Succeeded(*held))
-                return
+                return True
             observers.started(event)  # the store ignores it for a finished task (duplicate)
         if plan.idempotent:
             outcome = self._run_idempotent(delivery, plan, envelope)
             if outcome is None:
-                return
+                return True  # a duplicate, or sent back: a redelivery is absorbed by its key
         else:
             outcome = self._execute(plan, envelope, envelope.kwargs, delivery)
         self.tasks_done += 1
@@ -278,10 +262,11 @@ class WorkerLoop:
                 self._report_success(delivery, envelope, outcome)
             else:
                 delivery.ack()
-            return
+            return True
         self._settle_failure(delivery, name, envelope.task_id, envelope.retries, outcome)
+        return False
 
-    def _prepare(self, delivery: Delivery) -> tuple[Envelope, _Plan] | None:
+    def _prepare(self, delivery: Delivery) -> tuple[Envelope, Plan] | None:
         """Checks before running: size, crash loops, envelope, eta, registry.
 
         Returns ``None`` when the delivery was settled here (dead-lettered or sent back to
@@ -362,7 +347,7 @@ class WorkerLoop:
             self._observers.succeeded(event, outcome.duration_s, outcome.result)
 
     def _run_idempotent(
-        self, delivery: Delivery, plan: _Plan, envelope: Envelope
+        self, delivery: Delivery, plan: Plan, envelope: Envelope
     ) -> Outcome | None:
         """Run through the idempotency table; ``None`` when the delivery is settled here."""
         task_id, name = envelope.task_id, envelope.task
@@ -405,7 +390,7 @@ class WorkerLoop:
         return result
 
     def _execute(
-        self, plan: _Plan, envelope: Envelope, kwargs: dict[str, Any], delivery: Delivery
+        self, plan: Plan, envelope: Envelope, kwargs: dict[str, Any], delivery: Delivery
     ) -> Outcome:
         task_id = envelope.task_id
         request = Request(
@@ -482,29 +467,14 @@ class WorkerLoop:
             policy = resolve_policy(policy, RetryOverrides(max_retries=exc.max_retries))
         return decide(policy, exc, retries)
 
-    def _lookup(self, name: str) -> _Plan | None:
+    def _lookup(self, name: str) -> Plan | None:
         task = self._app.registry.lookup(name)
         if task is None:
             return None
-        plan = self._plans[name] = _plan(task)
+        plan = self._plans[name] = plan_of(task)
         return plan
 
     def _check_parent(self) -> None:
         if os.getppid() != self._parent_pid:
             logger.warning("the supervisor process is gone; stopping")
             self.request_stop()
-
-
-def _plan(task: Any) -> _Plan:
-    options = task.options
-    # bind=True: the task object is the first argument (self.request, self.retry()).
-    fn = functools.partial(task.fn, task) if options.bind else task.fn
-    return _Plan(
-        # The app's task_context hooks (e.g. a Flask app context) wrap the function once.
-        in_task_context(fn, task.app.task_context),
-        options.soft_time_limit_s,
-        options.time_limit_s,
-        options.idempotent,
-        options.transactional,
-        resolve_policy(RetryPolicy.from_settings(task.app.settings), options.retry_overrides()),
-    )

@@ -9,6 +9,7 @@ import pytest
 
 from taskq import App
 from taskq.broker.subscription import Delivery, Subscription
+from taskq.broker.topology import dlq_name
 from taskq.message import WireMessage
 from tests.support.waiting import wait_until
 
@@ -91,3 +92,41 @@ def test_a_channel_closed_by_the_broker_is_consumed_again_while_the_task_in_hand
     # so all four return to the queue when the subscription closes without acking them.
     assert subscription.generation == generation
     assert wait_until(lambda: broker.depth(queue) == 4, message="four messages back")
+
+
+_SETTLE_THEN_DIE = """
+import os, sys
+from taskq import App
+from taskq.broker.subscription import Subscription
+
+app = App("t", broker_url=sys.argv[1], namespace=sys.argv[2], prefetch_count=4)
+subscription = Subscription(app.settings, app.topology, [sys.argv[3]], client_name="die")
+subscription.start()
+delivery = subscription.get(15)
+delivery.reject(requeue=False)  # dead-lettered, as after a task's last failure
+if sys.argv[4] == "wait":
+    assert subscription.wait_sent(5)
+os._exit(1)  # the next task crashes the process at once
+"""
+
+
+def test_a_settlement_waited_for_is_not_lost_when_the_process_dies_right_after(
+    app: App, broker: Any
+) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import BROKER_URL
+
+    queue = app.settings.default_queue
+    publish(app, "m1")
+    # Given a process that dead-letters a delivery, waits until that is sent, then dies
+    subprocess.run(
+        [sys.executable, "-c", _SETTLE_THEN_DIE, BROKER_URL, app.settings.namespace, queue,
+         "wait"],
+        timeout=60, check=False,
+    )
+    # Then the broker got the reject: the message is parked, not back in the work queue
+    wait_until(lambda: broker.depth(dlq_name(queue)) == 1,
+               message="the message is in Q.dlq")
+    assert broker.depth(queue) == 0

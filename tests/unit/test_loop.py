@@ -58,6 +58,10 @@ class Recorder:
     def stop_consuming(self) -> None:
         pass
 
+    def wait_sent(self, timeout_s: float) -> bool:
+        self.events.append(("wait_sent",))
+        return True
+
 
 class _App(App):
     def __init__(self, recorder: Recorder, **settings: Any) -> None:
@@ -247,3 +251,19 @@ def test_a_redelivery_waits_until_the_supervisor_recorded_the_sibling_death(
 
     assert recorder.events[0][3].headers["taskq-error-type"] == "ProcessCrashLoop"
     assert app.ran == []  # type: ignore[attr-defined]
+
+
+def test_after_a_dead_letter_its_ack_is_on_the_wire_before_the_next_delivery(
+    app: _App, recorder: Recorder, tmp_path: Path
+) -> None:
+    # A process that died in the next task would otherwise lose the ack: the broker would
+    # redeliver the parked message and it would be dead-lettered (and counted) again.
+    loop = make_loop(app, recorder, tmp_path)
+
+    loop.handle(delivery(recorder, wire("bad")))
+    loop.handle(delivery(recorder, wire("ok", 1)))
+    loop.handle(delivery(recorder, wire("ok", 2, task_id="id-2")))
+
+    kinds = [event[0] for event in recorder.events]
+    # dead letter, its ack, the wait; then two successes, with no wait between them
+    assert kinds == ["publish", "settle", "wait_sent", "settle", "settle"]
