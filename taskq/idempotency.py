@@ -43,6 +43,7 @@ from sqlalchemy.orm import Session
 from taskq.db import dialect_of, utcnow
 from taskq.errors import IdempotencyError
 from taskq.schema import processed_table
+from taskq.settings import redact_url
 
 logger = logging.getLogger(__name__)
 
@@ -294,7 +295,8 @@ class IdempotencyStore:
         return None
 
     def _error(self, action: str, key: str, exc: Exception) -> IdempotencyError:
-        url = self.engine.url.render_as_string(hide_password=True)
+        # redact_url also masks a password given as a query parameter (?password=...).
+        url = redact_url(self.engine.url.render_as_string(hide_password=False))
         return IdempotencyError(
             f"cannot {action} idempotency key {key!r} in taskq_processed at {url}: "
             f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}; "

@@ -100,18 +100,20 @@ class DeadLetterer:
                 time.sleep(DEAD_LETTER_RETRY_PAUSE_S)
             delivery.reject(requeue=True)
             return False
-        delivery.ack()
         retries = retries_of(message.headers)
+        if self._observers:
+            # Before the ack: the final result (FAILURE, DEAD) is stored before the broker
+            # forgets the message, so a crash between the two cannot leave it STARTED.
+            self._observers.dead_lettered(
+                TaskEvent(message.message_id or "", shown, delivery.queue, retries),
+                error_type, error, traceback,
+            )
+        delivery.ack()
         logger.error(
             "task %s[%s] from %s dead-lettered after attempt %d: %s: %s",
             shown, message.message_id, delivery.queue, retries + 1, error_type, error,
             extra=log_fields(message.message_id, shown, delivery.queue, retries),
         )
-        if self._observers:
-            self._observers.dead_lettered(
-                TaskEvent(message.message_id or "", shown, delivery.queue, retries),
-                error_type, error, traceback,
-            )
         return True
 
     def park_worker_error(self, delivery: Delivery, exc: Exception) -> None:

@@ -67,7 +67,11 @@ class Observer:
     def dead_lettered(
         self, event: TaskEvent, error_type: str, error: str, traceback: str | None
     ) -> None:
-        """The message went to ``Q.dlq`` (failures, bad input, crash loops, time limits)."""
+        """The message went to ``Q.dlq`` (failures, bad input, crash loops, time limits).
+
+        Called once the dead letter is confirmed and *before* the delivery is acked, so a
+        final result written here cannot be lost to a crash between the two.
+        """
 
     def duplicate(self, event: TaskEvent) -> None:
         """The idempotency key was already done: acked without running."""

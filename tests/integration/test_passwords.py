@@ -28,3 +28,26 @@ def test_a_missing_table_is_reported_without_the_query_string_password(
     # Then the line names the database, password masked
     assert "password=***" in caplog.text
     assert "Zq9secret" not in caplog.text
+
+
+def test_an_idempotency_error_names_the_database_without_the_query_string_password() -> None:
+    # Given an idempotency table the database cannot show (this schema has none)
+    from taskq.db import create_engine
+    from taskq.errors import IdempotencyError
+    from taskq.idempotency import IdempotencyStore
+
+    separator = "&" if "?" in POSTGRES_URL else "?"
+    engine = create_engine(f"{POSTGRES_URL}{separator}options=-csearch_path%3Dnone"
+                           "&password=Zq9secret")
+    store = IdempotencyStore(engine)
+    try:
+        # When a check fails
+        with pytest.raises(IdempotencyError) as caught:
+            store.is_done("k")
+    finally:
+        store.close()
+        engine.dispose()
+
+    # Then the error names the database, password masked
+    assert "password=***" in str(caught.value)
+    assert "Zq9secret" not in str(caught.value)

@@ -51,6 +51,10 @@ def app(recorder: StateAtSettle, tmp_path: Path) -> _App:
         ran.append(x)
         return x * 10
 
+    @app.task(name="stored_failing", store_result=True)
+    def stored_failing(x: int) -> int:
+        raise ValueError(f"no {x}")
+
     @app.task(name="stored_unkeyed", store_result=True, idempotent=False)
     def stored_unkeyed(x: int) -> int:
         ran.append(x)
@@ -97,3 +101,12 @@ def test_a_duplicate_stores_a_success_the_first_run_could_not_write(
     record = app.results.get("id-1")
     assert record is not None and record.state is ResultState.SUCCESS
     assert record.result is None and record.error and "not run again" in record.error
+
+
+def test_a_failure_is_stored_before_its_dead_lettered_delivery_is_acked(
+    app: _App, recorder: StateAtSettle, tmp_path: Path
+) -> None:
+    # A crash between the ack and the write would leave the task STARTED forever.
+    results_loop(app, recorder, tmp_path).handle(delivery(recorder, wire("stored_failing", 4)))
+
+    assert recorder.events[-1] == ("settle", ACK, ResultState.FAILURE)
