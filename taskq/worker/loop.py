@@ -168,7 +168,10 @@ class WorkerLoop:
                 if self._is_stopping():
                     break  # unacked: the broker requeues what was not started
                 if item.generation != subscription.generation:
-                    continue  # its channel died; the broker already put the message back
+                    # Its channel died; the broker already put the message back.
+                    logger.info("message %s from %s not run: its channel is gone; the broker "
+                                "redelivers it", item.message.message_id, item.queue)
+                    continue
                 try:
                     handle(item)
                 except Exception as exc:  # a taskq bug, or a message nobody foresaw
