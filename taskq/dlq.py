@@ -42,8 +42,8 @@ from taskq.message import (
     RETRIES,
     TASK,
     WireMessage,
-    strip_x_death,
 )
+from taskq.republish import republish_headers
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -224,7 +224,7 @@ def replay_copy(message: WireMessage, *, reset_retries: bool) -> WireMessage:
     """
     headers = {
         name: value
-        for name, value in strip_x_death(message.headers).items()
+        for name, value in republish_headers(message.headers).items()
         if name not in DEAD_LETTER_HEADERS
         and name != _X_DELAY
         and not name.startswith(DELAY_LEVEL_HEADER_PREFIX)

@@ -18,7 +18,8 @@ from taskq.broker.topology import (
     delay_level_header,
 )
 from taskq.errors import ConfigurationError
-from taskq.message import ETA, WireMessage, strip_x_death
+from taskq.message import ETA, WireMessage
+from taskq.republish import republish_headers
 
 X_DELAY = "x-delay"
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
@@ -101,7 +102,7 @@ def delayed_headers(wire: WireMessage, eta_ms: int) -> dict[str, object]:
     """Headers of a republished delayed message: no x-death, no stale tier bits, the eta."""
     headers = {
         name: value
-        for name, value in strip_x_death(wire.headers).items()
+        for name, value in republish_headers(wire.headers).items()
         if not name.startswith(DELAY_LEVEL_HEADER_PREFIX) and name != X_DELAY
     }
     headers[ETA] = eta_ms

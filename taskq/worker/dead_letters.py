@@ -20,7 +20,8 @@ import time
 from traceback import format_exception
 from typing import TYPE_CHECKING, Any
 
-from taskq.message import RETRIES, TASK, WireMessage, dead_letter_headers
+from taskq.message import RETRIES, TASK, WireMessage
+from taskq.republish import dead_letter_headers
 from taskq.worker.events import Observers, TaskEvent
 from taskq.worker.infra_faults import Hold
 

@@ -18,7 +18,8 @@ import pytest
 
 from taskq import App
 from taskq.broker import topology as topo
-from taskq.message import Envelope, dead_letter_headers, encode
+from taskq.message import Envelope, encode
+from taskq.republish import dead_letter_headers
 from tests import tasks
 from tests.support.waiting import wait_until
 from tests.system.workers import ROOT, count_runs, dead_letters, declare_topology

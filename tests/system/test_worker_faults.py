@@ -127,3 +127,29 @@ def test_a_message_whose_id_holds_a_nul_byte_and_kills_its_process_is_dead_lette
     assert props.headers["taskq-error-type"] == "ProcessCrashLoop"
     assert count_runs(runs, "crash") == 3
     wait_until(lambda: len(worker.children()) == 2)
+
+
+def test_a_dead_letter_goes_only_to_its_own_dlq_whatever_cc_header_it_came_with(
+    app: App, start_worker, runs, broker
+):
+    # Given a queue bound to the dead-letter exchange under another queue's name, and a
+    # message whose producer asked RabbitMQ to also route it there (sender-selected
+    # distribution: a CC header)
+    from taskq.broker.topology import dlq_name
+
+    queue = app.settings.default_queue
+    stray = f"{app.settings.namespace}.stray"
+    start_worker("-c", "1").wait_consuming(1)  # it declared the topology
+    channel = broker.channel
+    channel.queue_declare(stray, auto_delete=True)
+    channel.queue_bind(stray, app.topology.dlx, routing_key="other")
+
+    # When its task fails for good
+    send(app, tasks.fail, runs, headers={"CC": ["other"]})
+
+    # Then its dead letter is in Q.dlq, and no copy went where the CC header pointed
+    letters = dead_letters(broker, queue, 1)
+    [(props, _)] = letters.values()
+    assert "CC" not in props.headers
+    assert broker.depth(stray) == 0
+    assert broker.depth(dlq_name(queue)) == 0  # dead_letters() took it

@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "taskq"
 
 LAYERS = {
     1: {
-        "errors", "settings", "codec", "message", "received", "retry", "request",
+        "errors", "settings", "codec", "message", "received", "republish", "retry", "request",
         "broker.topology",
         "_clock",
     },

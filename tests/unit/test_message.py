@@ -23,11 +23,11 @@ from taskq.message import (
     PROTOCOL_VERSION,
     Envelope,
     WireMessage,
-    dead_letter_headers,
     decode,
     encode,
     strip_x_death,
 )
+from taskq.republish import dead_letter_headers
 
 PROTOCOL_MD = Path(__file__).resolve().parents[2] / "docs" / "PROTOCOL.md"
 TASK_ID = "0b7e2c1a-5d4f-4f0e-9a57-3c2d1e0f9a8b"
