@@ -2,7 +2,7 @@
 
 The suite runs with ``make faults`` (``TASKQ_FAULTS=1 pytest tests/faults``). In any other run
 (``make test``) its tests are collected with their markers and skipped, unless
-``TASKQ_FAULTS=1``: how CI runs them is decided once issue 12's fixes are in.
+``TASKQ_FAULTS=1``, which CI sets (``.ci/run``): CI runs the whole fault suite.
 
 - ``TASKQ_FAULT_SEED``: replay a run (every random choice of a scenario comes from it; the
   counts line prints the seed in use). Default: a new random seed per scenario.
