@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import socket
 
-from tests.support.proxy import _CONNECT_TIMEOUT_S, TcpProxy, _abort, _Link
+from tests.support.proxy import TcpProxy, _abort, _Link
 
 __all__ = ["ChaosProxy"]
 
@@ -89,19 +89,6 @@ class ChaosProxy(TcpProxy):
         except (BlockingIOError, InterruptedError):
             return
         self._held.append(client)  # the kernel buffers what the client sends
-
-    def _connect_upstream(self, client: socket.socket) -> None:
-        try:
-            upstream = socket.create_connection(self.target, timeout=_CONNECT_TIMEOUT_S)
-        except OSError:
-            _abort(client)
-            return
-        for sock in (client, upstream):
-            sock.setblocking(False)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        link = _Link(client, upstream)
-        self._links.add(link)
-        self._update_interest(link)
 
     def _update_interest(self, link: _Link) -> None:
         if not self._blackholed:

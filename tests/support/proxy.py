@@ -228,6 +228,10 @@ class TcpProxy:
             client, _ = self._listener.accept()
         except (BlockingIOError, InterruptedError):
             return
+        self._connect_upstream(client)
+
+    def _connect_upstream(self, client: socket.socket) -> None:
+        """Link an accepted client to the target (or abort it if the target refuses)."""
         # Blocking, but the target is on this machine: it answers or refuses at once.
         try:
             upstream = socket.create_connection(self._target, timeout=_CONNECT_TIMEOUT_S)
