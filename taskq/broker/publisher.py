@@ -167,6 +167,7 @@ class Publisher:
                     exchange, routing_key, deadline
                 ):
                     link.nacked = []
+                    self._fresh_channel(link)
                     deadline.pause()
                     continue
                 if link.nacked or link.returned:
@@ -210,7 +211,10 @@ class Publisher:
                     # (a fresh budget: the first retry is always allowed).
                     budget = deadline if todo else PublishDeadline(0.0)
                     self._recover_or_raise(exc, budget, lost, None, first[0], first[1])
-                todo += self._retryable_nacks(batch, failed, deadline)
+                nacked = self._retryable_nacks(batch, failed, deadline)
+                if nacked and self._link is not None:
+                    self._fresh_channel(self._link)
+                todo += nacked
                 if todo:
                     deadline.pause()
             if failed:
@@ -322,6 +326,11 @@ class Publisher:
             link is not None and link.connection.is_open
         ):
             self._reopen_channel(link)
+            if _is_node_down(exc) and not deadline.expired():
+                # A classic queue of a cluster node that is down: it comes back with its node.
+                logger.warning("publishing to %s: %s; trying again until publish_timeout_s",
+                               self._url, exc.reply_text)
+                return
             raise self._errors.error(
                 f"RabbitMQ at {self._url} closed the channel ({exc.reply_code} {exc.reply_text})",
                 CHANNEL_ERROR_ADVICE.get(exc.reply_code, CHANNEL_ERROR_ADVICE[0]),
@@ -366,6 +375,21 @@ class Publisher:
         returned, link.returned = link.returned, {}
         link.nacked = []
         return self._errors.refused(returned, ids, task, exchange, routing_key)
+
+    def _fresh_channel(self, link: ConfirmChannel) -> None:
+        """Go on on a new channel after a nack.
+
+        A channel's quorum-queue client keeps nacking after the queue's leader died (seen
+        for 30 s and more on RabbitMQ 3.10: docs/cluster.md); a new channel finds the new
+        leader at once.
+        """
+        old = link.channel
+        self._reopen_channel(link)
+        try:
+            if old.is_open:
+                old.close()
+        except Exception:  # closing is best effort; the connection may be gone
+            logger.debug("could not close the nacked channel", exc_info=True)
 
     def _reopen_channel(self, link: ConfirmChannel) -> None:
         try:
@@ -439,6 +463,11 @@ class Publisher:
                 failed[index] = f"returned {code} {text}"
             link.nacked.clear()
             link.returned.clear()
+
+def _is_node_down(exc: pika.exceptions.ChannelClosedByBroker) -> bool:
+    """RabbitMQ's 404 for a durable classic queue whose node is down (a cluster failover)."""
+    return exc.reply_code == 404 and "down or inaccessible" in str(exc.reply_text)
+
 
 class _NodesUnreachable(Exception):
     """No node answered while a publish was being retried (a failover, or an outage)."""

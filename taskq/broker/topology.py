@@ -201,9 +201,16 @@ def queue_arguments(
     return arguments
 
 
-def base_declarations(namespace: str) -> Declarations:
-    """The exchanges and queues every app needs, whatever its work queues."""
+def base_declarations(namespace: str, queue_type: str = "classic") -> Declarations:
+    """The exchanges and queues every app needs, whatever its work queues.
+
+    ``ns.unroutable`` is a quorum queue when ``queue_type`` (the ``default_queue_type``) is:
+    on a cluster a classic queue lives on one node, and while that node is down every
+    declaration of it fails (``404 home node ... is down or inaccessible``), which would stop
+    each client that declares the base topology on connect.
+    """
     unroutable = unroutable_name(namespace)
+    parking: dict[str, Any] = {"x-queue-type": "quorum"} if queue_type == "quorum" else {}
     return Declarations(
         exchanges=(
             ExchangeSpec(unroutable, "fanout"),
@@ -212,7 +219,7 @@ def base_declarations(namespace: str) -> Declarations:
             ),
             ExchangeSpec(dlx_name(namespace), "direct"),
         ),
-        queues=(QueueSpec(unroutable),),
+        queues=(QueueSpec(unroutable, parking),),
         bindings=(BindingSpec(unroutable, unroutable, ""),),
     )
 
@@ -402,7 +409,7 @@ class Topology:
 
     def base(self) -> Declarations:
         """Declarations every app needs."""
-        return base_declarations(self.namespace)
+        return base_declarations(self.namespace, self.default_queue_type)
 
     def for_queue(self, queue: str, *, delayed: bool = False) -> Declarations:
         """Declarations of ``queue`` and its ``.dlq``.

@@ -134,6 +134,11 @@ def test_default_queue_type_quorum_makes_every_unconfigured_queue_quorum() -> No
     assert "x-max-priority" not in arguments("emails")
     assert arguments("legacy")["x-max-priority"] == 10
     assert app.topology.for_queue("emails").queues[1].arguments["x-queue-type"] == "quorum"
+    # ... and the parking queue of unroutable messages, which every client declares on
+    # connect: a classic one would fail every declaration while its node is down
+    [unroutable] = app.topology.base().queues
+    assert unroutable.arguments == {"x-queue-type": "quorum"}
+    assert topo.Topology("shop").base().queues[0].arguments == {}
 
 
 def test_quorum_delivery_limit_is_generous_by_default() -> None:
