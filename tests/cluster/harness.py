@@ -38,6 +38,7 @@ from taskq.broker import topology as topo
 from taskq.errors import PublishError
 from taskq.task import Task
 from tests.cluster import tasks
+from tests.conftest import truncate_taskq_tables
 from tests.support.broker import BrokerAdmin
 from tests.support.rabbitmq_nodes import RabbitCluster
 from tests.system.workers import ROOT, Worker
@@ -95,6 +96,10 @@ class ClusterScenario:
         self.queue = f"{self.namespace}.work"
         self.executions_path = directory / f"{self.namespace}-executions.txt"
         self.engine = sa.create_engine(database_url, pool_pre_ping=True)
+        # The module's scenarios share the schema and run one after another: start empty.
+        truncate_taskq_tables(database_url)
+        with self.engine.begin() as conn:
+            conn.execute(tasks.effects.delete())
         self.app = App("taskq-cluster", **self.settings())
         self.committed: set[str] = set()
         self.in_doubt: set[str] = set()
