@@ -16,6 +16,7 @@ and reports ``lost / unexpected / duplicate`` effects, which must all be 0:
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -261,7 +262,18 @@ class ClusterScenario:
 
     def progress(self) -> str:
         return (f"committed={len(self.committed)} completed={self.completed_count()} "
-                f"in_doubt={len(self.in_doubt)}")
+                f"in_doubt={len(self.in_doubt)} queues={self.queue_depths()}")
+
+    def queue_depths(self) -> dict[str, int] | str:
+        """Messages in each of the scenario's queues that holds some (for failure reports)."""
+        try:
+            via = next(n for n in self.cluster.nodes if n.is_alive())
+            rows = json.loads(via.ctl("list_queues", "name", "messages", "leader",
+                                      "--formatter", "json", timeout_s=20))
+        except Exception as exc:  # a report only: never hide the failure being reported
+            return f"unknown ({exc})"
+        return {f"{row['name']}@{row.get('leader')}": row["messages"] for row in rows
+                if str(row["name"]).startswith(self.namespace) and row.get("messages")}
 
     def wait_all_done(self, timeout_s: float) -> float:
         return self.wait_until(lambda: self.completed_count() >= len(self.committed),
