@@ -138,10 +138,10 @@ def test_rolling_restart_of_all_three_nodes_under_steady_load(scenario_factory) 
 
 @pytest.mark.skipif(
     os.environ.get("TASKQ_CLUSTER_BROKER_BUGS") != "1",
-    reason="RabbitMQ 3.10.8 strands delayed retries in a quorum delay tier when the next "
-    "tier's leader dies (at-least-once dead-lettering stops for that queue; 5 of 11 runs "
-    "here, stuck for the rest of a 90-240 s wait): see docs/cluster.md 'Known limits'. Run it "
-    "with TASKQ_CLUSTER_BROKER_BUGS=1",
+    reason="RabbitMQ 3.10.8: after a node death one quorum delay tier can stop handing its "
+    "expired messages on (at-least-once dead-lettering; 5 of 11 runs here, stuck for the "
+    "rest of a 60-240 s wait): see docs/cluster.md 'Known limits'. Run it with "
+    "TASKQ_CLUSTER_BROKER_BUGS=1",
 )
 def test_delayed_retries_in_quorum_tiers_survive_a_node_death(scenario_factory) -> None:
     # Given 300 tasks whose first attempt fails: each waits 2 s in the quorum delay tiers
