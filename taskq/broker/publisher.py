@@ -28,8 +28,10 @@ no confirm within the timeout                  the connection is aborted (its co
                                                blocked publishers (memory or disk alarm)
 nack on a queue with ``x-overflow=reject-      ``PublishError``, no retry: the queue is full
 publish`` (or ``reject-publish-dlx``)          and an immediate retry gets the same answer
-any other nack (a quorum queue electing a      published again on the same channel after a
-leader, a failed queue process)                short pause, until ``publish_timeout_s``
+any other nack (a quorum queue electing a      published again on a new channel (an old
+leader, a failed queue process)                one may keep nacking after a leader died)
+                                               after a short pause, until
+                                               ``publish_timeout_s``
 returned (mandatory, no route)                 ``PublishError``; cannot happen on the app's
                                                exchange, whose alternate exchange parks it
 channel error (404 no such exchange...)        channel reopened, ``PublishError``, no retry

@@ -5,7 +5,7 @@ effects, which must be 0, executions per task, the highest ``x-delivery-count`` 
 and the failover figure it measures. Every client (producer App, workers, relay) gets all
 three node URLs in ``broker_url``; queues, their ``.dlq`` and the delay tiers are quorum.
 
-Run them with ``pytest -m cluster tests/cluster`` (about 5 minutes here; docs/cluster.md).
+Run them with ``pytest -m cluster tests/cluster`` (about 2 minutes here; docs/cluster.md).
 """
 
 from __future__ import annotations
