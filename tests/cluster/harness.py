@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,6 +166,12 @@ class ClusterScenario:
     def start_relay(self) -> Worker:
         return self._spawn("relay", ["relay", "-A", APP_PATH, "--loglevel", "INFO"])
 
+    def consumer_connects(self) -> dict[str, int]:
+        """How often worker processes connected to each node (first connects and failovers)."""
+        by_port = {str(node.port): node.name.split("@")[0] for node in self.cluster.nodes}
+        found = re.findall(r"connected to the broker \(node [^:]+:(\d+)\)", self.logs())
+        return dict(sorted(Counter(by_port.get(port, port) for port in found).items()))
+
     def logs(self) -> str:
         return "\n".join(f"== {p.log_path.name}\n{p.log()}" for p in self.processes)
 
@@ -297,6 +304,7 @@ class ClusterScenario:
     def finish(self) -> Counts:
         """Stop everything, count, print the counts line, and fail on any bad count."""
         self.stop_processes()
+        self.notes["consumer_connects"] = str(self.consumer_connects()).replace(" ", "")
         executions: Counter[str] = Counter()
         max_count = 0
         if self.executions_path.exists():
