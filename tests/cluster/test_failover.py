@@ -17,6 +17,8 @@ import pytest
 
 from tests.cluster import tasks
 from tests.cluster.harness import ClusterScenario
+from tests.support.broker import BrokerAdmin
+from tests.support.rabbitmq_nodes import RabbitCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -169,3 +171,46 @@ def test_delayed_retries_in_quorum_tiers_survive_a_node_death(scenario_factory) 
     counts = scenario.finish()
     # The declaring task ran once; every other one failed once, then succeeded (at least twice)
     assert counts.executions.get(1, 0) == 1
+
+
+def test_a_classic_queue_on_a_dead_node_takes_the_publish_once_its_node_is_back(
+    cluster: RabbitCluster,
+) -> None:
+    import threading
+    import uuid
+
+    from taskq import App
+
+    # Given classic queues, declared on the node the producer is connected to
+    namespace = f"tqc{uuid.uuid4().hex[:8]}"
+    app = App("taskq-cluster", broker_url=cluster.broker_url, namespace=namespace,
+              default_queue=f"{namespace}.work", publish_timeout_s=60.0, connect_timeout_s=2.0)
+
+    @app.task
+    def noop() -> None: ...
+
+    try:
+        noop.delay()
+        port = app.publisher._link.connection._impl.params.port  # type: ignore[union-attr]
+        home = next(node for node in cluster.nodes if node.port == port)
+
+        # When that node dies and comes back a few seconds later
+        home.kill()
+        restart = threading.Thread(target=home.start)
+        restart.start()
+        started = time.monotonic()
+        task_id = noop.delay().id  # meanwhile: 404 "home node ... down", retried
+
+        # Then the publish waited for the node (no PublishError), and the queue holds both
+        waited_s = time.monotonic() - started
+        restart.join()
+        print(f"classic queue on a dead node: the publish waited {waited_s:.1f}s")
+        admin = BrokerAdmin(home.url)
+        try:
+            ids = [p.message_id for _, p, _ in admin.get_all(f"{namespace}.work")]
+        finally:
+            admin.close()
+        assert ids[-1] == task_id and len(ids) == 2
+        assert waited_s > 1.0
+    finally:
+        app.close()
