@@ -17,7 +17,7 @@ DJANGO6_STAMP := $(DJANGO6_VENV)/.installed
 DJANGO_TESTS := tests/contrib/test_django.py tests/contrib/test_django_tasks.py
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: venv venv-django6 services test faults demo lint
+.PHONY: venv venv-django6 services test faults cluster demo lint
 
 venv: $(STAMP)
 
@@ -66,6 +66,10 @@ test: venv venv-django6 services
 # PostgreSQL cluster of its own. TASKQ_FAULT_SEED replays a run, TASKQ_FAULT_SCALE resizes it.
 faults: venv services
 	TASKQ_FAULTS=1 $(VENV)/bin/pytest -q tests/faults $(PYTEST_ARGS)
+
+# The cluster tests alone (tests/cluster, docs/cluster.md): a private 3-node RabbitMQ cluster.
+cluster: venv services
+	TASKQ_CLUSTER=1 $(VENV)/bin/pytest -q tests/cluster $(PYTEST_ARGS)
 
 demo: venv
 	bash scripts/ensure-services.sh rabbitmq

@@ -109,7 +109,7 @@ class App:
         self,
         name: str,
         *,
-        type: str = "classic",  # noqa: A002 - mirrors x-queue-type
+        type: str | None = None,  # noqa: A002 - mirrors x-queue-type
         max_priority: int | None = None,
         max_length: int | None = None,
         message_ttl_s: float | None = None,
@@ -120,6 +120,8 @@ class App:
 
         Call this before the first publish to or consume from the queue. Split lanes by
         giving critical work a quorum queue and background work a TTL and a max length.
+        ``type`` defaults to the ``default_queue_type`` setting. Quorum queues have no
+        priorities: publishing a task with a priority to one raises ``ConfigurationError``.
 
         Returns:
             The validated options.
@@ -129,7 +131,7 @@ class App:
         """
         validate_queue_name(name)
         options = QueueOptions(
-            type=type,  # type: ignore[arg-type]
+            type=type or self.settings.default_queue_type,  # type: ignore[arg-type]
             max_priority=max_priority,
             max_length=max_length,
             message_ttl_s=message_ttl_s,
@@ -221,6 +223,7 @@ class App:
         self._validate_queue(queue)
         wire = encode(envelope)
         self._check_size(envelope, queue, len(wire.body))
+        self._topology.check_priority(queue, envelope.priority, envelope.task)
         if self.settings.task_always_eager:
             from taskq.eager import run
 
@@ -252,6 +255,7 @@ class App:
             for envelope in envelopes:
                 wire = encode(envelope)
                 self._check_size(envelope, queue, len(wire.body))
+                self._topology.check_priority(queue, envelope.priority, envelope.task)
                 items.append((exchange, queue, wire))
         if self.settings.task_always_eager:
             from taskq.eager import run
@@ -332,6 +336,7 @@ class App:
         self._validate_queue(queue)
         wire = encode(envelope)
         self._check_size(envelope, queue, len(wire.body))
+        self._topology.check_priority(queue, envelope.priority, envelope.task)
         if self.settings.task_always_eager:
             from taskq.eager import run_on_commit
 
@@ -448,4 +453,5 @@ class App:
             namespace=self.settings.namespace,
             default_max_priority=self.settings.default_max_priority,
             queues=self._queues,
+            default_queue_type=self.settings.default_queue_type,  # type: ignore[arg-type]
         )

@@ -250,11 +250,30 @@ def describe(parked: Parked, queue: str | None, *, now_s: float) -> ParkedInfo:
         task=_str(headers.get(TASK)),
         attempts=_int(headers.get(ATTEMPTS)),
         retries=_int(headers.get(RETRIES)),
-        error_type=_str(headers.get(ERROR_TYPE)),
-        error=_str(headers.get(ERROR)),
+        error_type=_str(headers.get(ERROR_TYPE)) or _broker_reason(headers),
+        error=_str(headers.get(ERROR)) or _BROKER_REASONS.get(
+            _str(headers.get("x-first-death-reason")) or ""
+        ),
         age_s=age_s,
         destination=queue or parked.routing_key,
     )
+
+
+# Why RabbitMQ itself dead-lettered a message (x-first-death-reason), for those that carry
+# no taskq-error-* headers because no worker put them there.
+_BROKER_REASONS = {
+    "delivery_limit": "the quorum queue's x-delivery-limit was reached: delivered that many "
+    "times without an ack (process deaths, node deaths, channel closes and requeues all "
+    "count); replay it once the cause is fixed",
+    "expired": "its x-message-ttl ran out before a worker took it",
+    "maxlen": "the queue's x-max-length was reached and it was dropped from the head",
+    "rejected": "a consumer rejected it without requeue",
+}
+
+
+def _broker_reason(headers: dict[str, Any]) -> str | None:
+    reason = _str(headers.get("x-first-death-reason"))
+    return f"broker:{reason}" if reason else None
 
 
 def _selector(ids: set[str], tasks: set[str]) -> Callable[[Parked], bool]:

@@ -39,18 +39,26 @@ class Settings:
 
     # Prefix of every exchange and queue taskq declares (DESIGN §3).
     namespace: str = "taskq"
-    # AMQP URL of RabbitMQ; the password never appears in logs or errors.
+    # AMQP URL of RabbitMQ, or several nodes of one cluster separated by ";" (a list in
+    # code is joined so); the password never appears in logs or errors.
     broker_url: str = "amqp://guest:guest@localhost:5672/%2F"
     # SQLAlchemy URL for the outbox, idempotency and result tables.
     database_url: str = "sqlite:///taskq.sqlite3"
     # Queue of tasks that do not name one.
     default_queue: str = "default"
+    # Type of work queues not configured with app.queue(): "classic" or "quorum"
+    # (replicated over a cluster's nodes; no message priorities).
+    default_queue_type: str = "classic"
     # x-max-priority of classic queues; message priorities are 0..9.
     default_max_priority: int = 10
     # Largest encoded body accepted at enqueue and by the worker.
     max_message_size_bytes: int = 1024 * 1024
-    # How long a publish waits for the broker's confirm before PublishError.
+    # How long one publish attempt waits for the broker's confirm.
     publish_confirm_timeout_s: float = 10.0
+    # How long a publish keeps trying (a nack, a connection lost before the confirm, a
+    # confirm timeout: the same message id again, on another node if need be) before
+    # PublishError. Covers a quorum queue's leader election and a node's failover.
+    publish_timeout_s: float = 20.0
     # TCP connect and AMQP handshake timeout.
     connect_timeout_s: float = 5.0
     # AMQP heartbeat negotiated with the broker; the worker's I/O thread keeps it alive.
@@ -105,7 +113,15 @@ class Settings:
     task_always_eager: bool = False
 
     def __post_init__(self) -> None:
+        given: object = self.broker_url  # a list or tuple in code
+        if isinstance(given, (list, tuple)):
+            object.__setattr__(self, "broker_url", _join_urls(given))
         _validate(self)
+
+    @property
+    def broker_urls(self) -> list[str]:
+        """Every node of ``broker_url``, in the order given."""
+        return split_urls(self.broker_url)
 
     @classmethod
     def names(cls) -> frozenset[str]:
@@ -173,6 +189,31 @@ _SECRET_PARAM_RE = re.compile(
     re.IGNORECASE | re.DOTALL,
 )
 _MASK = "***"
+
+
+def split_urls(url: str) -> list[str]:
+    """Split a ``;``-separated list of full URLs (a ``;`` inside a password does not split).
+
+    Blanks around each URL and empty entries (a trailing ``;``) are dropped.
+    """
+    parts = (part.strip().rstrip(";").strip() for part in _NEXT_URL_RE.split(url))
+    return [part for part in parts if part]
+
+
+def _join_urls(urls: list[str] | tuple[str, ...]) -> str:
+    if not urls or not all(isinstance(url, str) and url.strip() for url in urls):
+        raise ConfigurationError(
+            "broker_url given as a list must hold at least one non-empty URL string, e.g. "
+            "['amqp://user:password@rabbit1:5672/%2F', 'amqp://user:password@rabbit2:5672/%2F']",
+            settings=["broker_url"],
+        )
+    for url in urls:
+        if len(split_urls(url)) != 1:
+            raise ConfigurationError(
+                f"broker_url list entry {redact_url(url)!r} holds several URLs; give one "
+                "URL per entry", settings=["broker_url"],
+            )
+    return ";".join(url.strip() for url in urls)
 
 
 def redact_url(url: str) -> str:
@@ -245,6 +286,7 @@ def _validate(settings: Settings) -> None:
             f"namespace {settings.namespace!r} may use only letters, digits, '_' and '-'"
         )
     _validate_delays(settings)
+    _validate_broker(settings)
     if not 1 <= settings.default_max_priority <= 255:
         raise ConfigurationError("default_max_priority must be between 1 and 255")
     positive = (
@@ -262,6 +304,7 @@ def _validate(settings: Settings) -> None:
         "max_tasks_per_child",
         "shutdown_timeout_s",
         "publish_confirm_timeout_s",
+        "publish_timeout_s",
         "connect_timeout_s",
         "outbox_poll_interval_s",
         "outbox_retry_max_s",
@@ -273,6 +316,25 @@ def _validate(settings: Settings) -> None:
     for name in non_negative:
         if getattr(settings, name) < 0:
             raise ConfigurationError(f"setting {name} must not be negative")
+
+
+def _validate_broker(settings: Settings) -> None:
+    urls = split_urls(settings.broker_url)
+    if not urls:
+        raise ConfigurationError("broker_url is empty", settings=["broker_url"])
+    for url in urls:
+        if not url.lower().startswith(("amqp://", "amqps://")):
+            raise ConfigurationError(
+                f"broker_url entry {redact_url(url)!r} is not an AMQP URL; give full "
+                "amqp:// or amqps:// URLs, several nodes separated by ';'",
+                settings=["broker_url"],
+            )
+    if settings.default_queue_type not in ("classic", "quorum"):
+        raise ConfigurationError(
+            "default_queue_type must be 'classic' or 'quorum', not "
+            f"{settings.default_queue_type!r}",
+            settings=["default_queue_type"],
+        )
 
 
 def _validate_delays(settings: Settings) -> None:

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import re
 import socket
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import pika
@@ -25,22 +26,36 @@ from taskq.errors import BrokerConnectionError, TopologyError
 from taskq.settings import Settings, redact_url
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 def connection_parameters(
-    settings: Settings, *, client_name: str, heartbeat_s: int | None = None
+    settings: Settings,
+    *,
+    client_name: str,
+    heartbeat_s: int | None = None,
+    url: str | None = None,
 ) -> pika.URLParameters:
-    """Build pika parameters from ``settings.broker_url`` plus taskq's timeouts."""
+    """Build pika parameters for one node plus taskq's timeouts.
+
+    Args:
+        settings: Timeouts, and ``broker_url``.
+        client_name: Shown in the management UI's connection list.
+        heartbeat_s: Overrides ``settings.heartbeat_s``.
+        url: The node to use; by default the first one of ``settings.broker_url``.
+    """
+    url = settings.broker_urls[0] if url is None else url
     try:
-        params = pika.URLParameters(settings.broker_url)
+        params = pika.URLParameters(url)
     except Exception as exc:  # pika raises several types for malformed URLs
         # Not the parser's own words: they may quote a piece of the password ("Port could
         # not be cast to integer value as 's3cr'" for an unescaped '/').
         raise BrokerConnectionError(
-            f"invalid broker URL {redact_url(settings.broker_url)} ({type(exc).__name__}); "
+            f"invalid broker URL {redact_url(url)} ({type(exc).__name__}); "
             "expected amqp://user:password@host:port/vhost, with characters such as / ? # @ "
-            "in the user or password percent-encoded (e.g. / as %2F)",
-            url=redact_url(settings.broker_url),
+            "in the user or password percent-encoded (e.g. / as %2F), several nodes "
+            "separated by ';'",
+            url=redact_url(url),
         ) from None
     params.heartbeat = settings.heartbeat_s if heartbeat_s is None else heartbeat_s
     params.socket_timeout = settings.connect_timeout_s
@@ -54,10 +69,19 @@ def connection_parameters(
     return params
 
 
+def node_order(nodes: list[_T], *, rand: random.Random | None = None) -> list[_T]:
+    """``nodes`` from a random start, in order (a cluster's clients spread over its nodes)."""
+    start = (rand or random).randrange(len(nodes)) if nodes else 0
+    return nodes[start:] + nodes[:start]
+
+
 def open_connection(
     settings: Settings, *, client_name: str, heartbeat_s: int | None = None
 ) -> pika.BlockingConnection:
-    """Open a blocking connection to the broker named in ``settings``.
+    """Open a blocking connection to one of the broker nodes named in ``settings``.
+
+    With several nodes (``broker_url`` holding ``;``-separated URLs) they are tried from a
+    random start, in order, each within ``connect_timeout_s``; the first that answers wins.
 
     Args:
         settings: Where to connect and with which timeouts.
@@ -65,27 +89,67 @@ def open_connection(
         heartbeat_s: Overrides ``settings.heartbeat_s`` (tests use short heartbeats).
 
     Raises:
-        BrokerConnectionError: the broker is unreachable or refused the login; the message
-            names the URL with its password masked.
+        BrokerConnectionError: no node could be reached or every one refused the login; the
+            message names each URL (password masked) with its failure.
     """
-    params = connection_parameters(settings, client_name=client_name, heartbeat_s=heartbeat_s)
-    try:
-        return pika.BlockingConnection(params)
-    except pika.exceptions.ProbableAuthenticationError as exc:
-        raise BrokerConnectionError(
-            f"RabbitMQ at {redact_url(settings.broker_url)} refused the login: check the "
+    urls = settings.broker_urls
+    # Parse every URL first: a malformed one is a configuration error, whichever node is up.
+    params = [
+        connection_parameters(
+            settings, client_name=client_name, heartbeat_s=heartbeat_s, url=url
+        )
+        for url in urls
+    ]
+    failures: list[tuple[str, BaseException]] = []
+    for url, node in node_order(list(zip(urls, params, strict=True))):
+        try:
+            connection = pika.BlockingConnection(node)
+        except (pika.exceptions.AMQPError, AMQPConnectorException, OSError) as exc:
+            # AMQPConnectorException: a handshake that timed out (a blackholed network) or
+            # was aborted reaches us as pika's connector exception, not as an AMQPError.
+            failures.append((url, exc))
+            if len(urls) > 1:
+                logger.info("broker node %s did not answer (%s: %s)", redact_url(url),
+                            type(exc).__name__, _detail(exc))
+            continue
+        if failures:
+            logger.warning("connected to broker node %s after %d other node(s) failed",
+                           redact_url(url), len(failures))
+        return connection
+    raise _connect_error(settings, failures)
+
+
+def _connect_error(
+    settings: Settings, failures: list[tuple[str, BaseException]]
+) -> BrokerConnectionError:
+    masked = redact_url(settings.broker_url)
+    refused = [exc for _, exc in failures
+               if isinstance(exc, pika.exceptions.ProbableAuthenticationError)]
+    last = failures[-1][1]
+    if len(refused) == len(failures):
+        error = BrokerConnectionError(
+            f"RabbitMQ at {masked} refused the login: check the "
             "user and password in TASKQ_BROKER_URL",
-            url=redact_url(settings.broker_url),
-        ) from exc
-    except (pika.exceptions.AMQPError, AMQPConnectorException, OSError) as exc:
-        # AMQPConnectorException: a handshake that timed out (a blackholed network) or was
-        # aborted reaches us as pika's connector exception, not as an AMQPError.
-        raise BrokerConnectionError(
-            f"cannot connect to RabbitMQ at {redact_url(settings.broker_url)} "
-            f"({type(exc).__name__}: {_detail(exc)}); is the broker running and "
+            url=masked,
+        )
+    elif len(failures) == 1:
+        error = BrokerConnectionError(
+            f"cannot connect to RabbitMQ at {masked} "
+            f"({type(last).__name__}: {_detail(last)}); is the broker running and "
             "is TASKQ_BROKER_URL right?",
-            url=redact_url(settings.broker_url),
-        ) from exc
+            url=masked,
+        )
+    else:
+        each = "; ".join(
+            f"{redact_url(url)}: {type(exc).__name__}: {_detail(exc)}" for url, exc in failures
+        )
+        error = BrokerConnectionError(
+            f"cannot connect to any of the {len(failures)} RabbitMQ nodes ({each}); are the "
+            "nodes running and is TASKQ_BROKER_URL right?",
+            url=masked,
+        )
+    error.__cause__ = refused[-1] if len(refused) == len(failures) else last
+    return error
 
 
 def _detail(exc: BaseException) -> str:

@@ -28,6 +28,7 @@ import pika
 import pika.exceptions
 
 from taskq.broker._confirm_channel import ConfirmChannel, ConfirmTimeout
+from taskq.broker._publish_deadline import PublishDeadline
 from taskq.broker.connection import declare, open_connection
 from taskq.broker.topology import Declarations, HeaderBindingSpec
 from taskq.errors import BrokerConnectionError, PublishError
@@ -172,8 +173,9 @@ class PluginPublisher:
     and its bindings again (about 1 ms): the plugin routes a message only when it is due and
     tells a non-mandatory publisher nothing, so a queue deleted, or re-created without its
     binding to the delayed exchange, would otherwise drop every later delayed message
-    silently. A lost connection or a confirm timeout is retried once on a new connection (a
-    duplicate is possible, a loss is not).
+    silently. A lost connection, a confirm timeout or a nack is retried (same message ids,
+    another node if need be) until ``publish_timeout_s``, as by the Publisher (a duplicate
+    is possible, a loss is not).
 
     Args:
         settings: Broker URL and timeouts.
@@ -212,11 +214,14 @@ class PluginPublisher:
         if self._pid != os.getpid():
             self._forget_inherited()
         with self._lock:
-            for attempt in (1, 2):
+            deadline = PublishDeadline(self._settings.publish_timeout_s)
+            todo = list(range(len(items)))
+            while True:
                 try:
-                    link = self._ready_link({key for _, key, _ in items})
+                    link = self._ready_link({items[i][1] for i in todo}, deadline)
                     link.ids = ids
-                    for index, (exchange, key, wire) in enumerate(items):
+                    for index in todo:
+                        exchange, key, wire = items[index]
                         link.send(index, exchange, key, wire)
                     link.wait_settled(link.all_settled, self._settings.publish_confirm_timeout_s)
                 except pika.exceptions.ChannelClosedByBroker as exc:
@@ -226,13 +231,22 @@ class PluginPublisher:
                 except (pika.exceptions.AMQPError, OSError, ConfirmTimeout) as exc:
                     self._drop_link()
                     blocked = isinstance(exc, ConfirmTimeout) and exc.blocked
-                    if attempt == 1 and not blocked:
-                        logger.warning("delayed publish to %s failed (%s); publishing again",
-                                       self._url, exc)
+                    # The first retry always; later ones while publish_timeout_s lasts.
+                    if not blocked and (not deadline.retries or not deadline.expired()):
+                        logger.warning("delayed publish to %s failed (%s); publishing again "
+                                       "(same message ids)", self._url, exc)
+                        deadline.pause()
                         continue
                     raise self._error(f"{type(exc).__name__}: {exc}", "connection_lost",
                                       ids) from exc
-                nacked, link.nacked = link.nacked, []
+                nacked, link.nacked = sorted(link.nacked), []
+                if nacked and not deadline.expired():
+                    # A quorum queue electing a leader nacks for a moment (docs/cluster.md).
+                    logger.warning("RabbitMQ at %s nacked %d delayed message(s); publishing "
+                                   "them again", self._url, len(nacked))
+                    todo = nacked
+                    deadline.pause()
+                    continue
                 if nacked:
                     raise self._error("nacked by the broker", "nack", [ids[i] for i in nacked])
                 return
@@ -248,7 +262,7 @@ class PluginPublisher:
             self._forget_inherited()
         with self._lock:
             try:
-                self._ready_link(routing_keys)
+                self._ready_link(routing_keys, None)
                 self._prepared = set(routing_keys)
             except pika.exceptions.AMQPError as exc:
                 self._drop_link()
@@ -267,13 +281,20 @@ class PluginPublisher:
                 except Exception:  # best effort: the broker may be gone
                     logger.debug("error closing the delayed publisher", exc_info=True)
 
-    def _ready_link(self, routing_keys: set[str]) -> _NonMandatoryChannel:
+    def _ready_link(
+        self,
+        routing_keys: set[str],
+        deadline: PublishDeadline | None,
+    ) -> _NonMandatoryChannel:
         link = self._link
         if link is None or not link.is_usable:
             self._drop_link()
             try:
                 connection = open_connection(self._settings, client_name=self._client_name)
             except BrokerConnectionError as exc:
+                if deadline is not None and deadline.retries:
+                    # Retrying after a lost connection: a node may answer again in time.
+                    raise pika.exceptions.AMQPConnectionError(exc.message) from exc
                 raise PublishError(
                     f"{exc.message}; the delayed message was not published",
                     url=self._url,

@@ -7,21 +7,31 @@ flight (``publish_many``).
 
 Failure policy
 --------------
+Every retry sends the same message (same message id) again, until ``publish_timeout_s`` has
+passed since the call began (``taskq.broker._publish_deadline``); with several broker nodes
+a reconnect goes to the next node that answers.
+
 =============================================  ==============================================
 what happened                                  what follows
 =============================================  ==============================================
-connection lost (an open one: stale, cut,      one transparent reconnect-and-retry, then
-killed by a missed heartbeat)                  ``PublishError``
-cannot connect                                 ``PublishError`` at once (that *was* the
-                                               reconnect: the wait stays one connect timeout)
+connection lost (an open one: stale, cut,      reconnect (another node if this one is gone)
+killed by a missed heartbeat, its node died)   and publish again, until ``publish_timeout_s``;
+                                               then ``PublishError`` (``connection_lost``)
+cannot connect on the first attempt            ``PublishError`` at once (``unreachable``): no
+                                               node answers, an outage, not a failover
+cannot connect while retrying                  retried until ``publish_timeout_s`` (a node
+                                               coming back, or the next one answering)
 no confirm within the timeout                  the connection is aborted (its confirm stream
                                                is no longer trustworthy) and the publish is
-                                               retried once on a new one; not when the broker
-                                               has blocked publishers (memory or disk alarm)
-nack                                           ``PublishError``, no retry: a live channel was
-                                               refused (``x-overflow=reject-publish`` on a
-                                               full queue, or a failed queue process), and an
-                                               immediate retry gets the same answer
+                                               retried on a new one, until
+                                               ``publish_timeout_s``; not when the broker has
+                                               blocked publishers (memory or disk alarm)
+nack on a queue with ``x-overflow=reject-      ``PublishError``, no retry: the queue is full
+publish`` (or ``reject-publish-dlx``)          and an immediate retry gets the same answer
+any other nack (a quorum queue electing a      published again on a new channel (an old
+leader, a failed queue process)                one may keep nacking after a leader died)
+                                               after a short pause, until
+                                               ``publish_timeout_s``
 returned (mandatory, no route)                 ``PublishError``; cannot happen on the app's
                                                exchange, whose alternate exchange parks it
 channel error (404 no such exchange...)        channel reopened, ``PublishError``, no retry
@@ -47,6 +57,7 @@ import pika.exceptions
 import pika.spec
 
 from taskq.broker._confirm_channel import ConfirmChannel, ConfirmTimeout
+from taskq.broker._publish_deadline import PublishDeadline
 from taskq.broker._publish_errors import CHANNEL_ERROR_ADVICE, ENCODE_ERRORS, PublishErrors
 from taskq.broker.connection import open_connection
 from taskq.broker.topology import Topology
@@ -132,11 +143,12 @@ class Publisher:
         if self._pid != os.getpid():
             self._forget_inherited()
         with self._lock:
-            for attempt in (1, 2):
+            deadline = PublishDeadline(self._settings.publish_timeout_s)
+            while True:
                 link = self._link
                 try:
                     if link is None or not link.channel.is_open:
-                        link = self._connect(ids, task, exchange, routing_key)
+                        link = self._connect(ids, task, exchange, routing_key, deadline)
                     if (exchange, routing_key) not in link.ready:
                         link.ensure_declared(self._topology, exchange, routing_key)
                     link.ids = ids
@@ -150,7 +162,15 @@ class Publisher:
                         ) from exc
                     link.wait_settled(link.all_settled, self._timeout_s)
                 except Exception as exc:
-                    self._recover_or_raise(exc, attempt, ids, task, exchange, routing_key)
+                    self._recover_or_raise(exc, deadline, ids, task, exchange, routing_key)
+                    deadline.pause()
+                    continue
+                if link.nacked and not link.returned and self._may_retry_nack(
+                    exchange, routing_key, deadline
+                ):
+                    link.nacked = []
+                    self._fresh_channel(link)
+                    deadline.pause()
                     continue
                 if link.nacked or link.returned:
                     raise self._refused(link, ids, task, exchange, routing_key)
@@ -177,24 +197,65 @@ class Publisher:
         if self._pid != os.getpid():
             self._forget_inherited()
         with self._lock:
+            deadline = PublishDeadline(self._settings.publish_timeout_s)
             todo = list(range(len(batch)))
             failed: dict[int, str] = {}
-            for attempt in (1, 2):
+            while todo:
                 settled: set[int] = set()
                 try:
-                    self._send_window(batch, ids, todo, settled, failed)
-                    break
+                    self._send_window(batch, ids, todo, settled, failed, deadline)
+                    todo = []
                 except Exception as exc:
                     todo = [i for i in todo if i not in settled]
                     lost = [ids[i] for i in (*todo, *failed)]
                     first = batch[todo[0]] if todo else batch[0]
-                    # With nothing left to send, a broker failure only costs the connection.
-                    retry = attempt if todo else 1
-                    self._recover_or_raise(exc, retry, lost, None, first[0], first[1])
-                    if not todo:
-                        break
+                    # With nothing left to send, a broker failure only costs the connection
+                    # (a fresh budget: the first retry is always allowed).
+                    budget = deadline if todo else PublishDeadline(0.0)
+                    self._recover_or_raise(exc, budget, lost, None, first[0], first[1])
+                nacked = self._retryable_nacks(batch, failed, deadline)
+                if nacked and self._link is not None:
+                    self._fresh_channel(self._link)
+                todo += nacked
+                if todo:
+                    deadline.pause()
             if failed:
                 raise self._errors.batch_refused(failed, ids)
+
+    def _retryable_nacks(
+        self,
+        batch: list[tuple[str, str, WireMessage]],
+        failed: dict[int, str],
+        deadline: PublishDeadline,
+    ) -> list[int]:
+        """Take the nacked messages that are worth sending again out of ``failed``."""
+        again = sorted(
+            index for index, why in failed.items()
+            if why == "nack" and self._may_retry_nack(batch[index][0], batch[index][1], deadline)
+        )
+        for index in again:
+            del failed[index]
+        return again
+
+    def _may_retry_nack(
+        self, exchange: str, routing_key: str, deadline: PublishDeadline
+    ) -> bool:
+        """Whether a nack may be transient: a quorum queue electing a leader, not a full one.
+
+        A queue declared with ``x-overflow=reject-publish`` nacks because it is full, and an
+        immediate retry would get the same answer; any other nack is retried in time.
+        """
+        if deadline.expired():
+            return False
+        if exchange == self._topology.exchange:
+            overflow = self._topology.options(routing_key).overflow
+            if overflow in ("reject-publish", "reject-publish-dlx"):
+                return False
+        logger.warning(
+            "RabbitMQ at %s nacked a message for %r (a quorum queue electing a new leader, "
+            "or a failed queue process); publishing it again", self._url, routing_key,
+        )
+        return True
 
     def close(self) -> None:
         """Close this process's connection (safe to call more than once)."""
@@ -212,7 +273,12 @@ class Publisher:
     # -- internals ---------------------------------------------------------------------------
 
     def _connect(
-        self, ids: Sequence[str | None], task: str | None, exchange: str, routing_key: str
+        self,
+        ids: Sequence[str | None],
+        task: str | None,
+        exchange: str,
+        routing_key: str,
+        deadline: PublishDeadline,
     ) -> ConfirmChannel:
         old, self._link = self._link, None
         if old is not None:
@@ -221,6 +287,10 @@ class Publisher:
             connection = open_connection(self._settings, client_name=self._client_name)
         except BrokerConnectionError as exc:
             login = isinstance(exc.__cause__, pika.exceptions.ProbableAuthenticationError)
+            if deadline.retries and not login:
+                # A failover in progress: the message is in doubt and another attempt (or a
+                # node coming back) may still succeed before publish_timeout_s.
+                raise _NodesUnreachable(exc.message) from exc
             raise self._errors.error(
                 exc.message,
                 "fix the credentials, then enqueue again"
@@ -244,7 +314,7 @@ class Publisher:
     def _recover_or_raise(
         self,
         exc: Exception,
-        attempt: int,
+        deadline: PublishDeadline,
         ids: Sequence[str | None],
         task: str | None,
         exchange: str,
@@ -258,6 +328,11 @@ class Publisher:
             link is not None and link.connection.is_open
         ):
             self._reopen_channel(link)
+            if _is_node_down(exc) and not deadline.expired():
+                # A classic queue of a cluster node that is down: it comes back with its node.
+                logger.warning("publishing to %s: %s; trying again until publish_timeout_s",
+                               self._url, exc.reply_text)
+                return
             raise self._errors.error(
                 f"RabbitMQ at {self._url} closed the channel ({exc.reply_code} {exc.reply_text})",
                 CHANNEL_ERROR_ADVICE.get(exc.reply_code, CHANNEL_ERROR_ADVICE[0]),
@@ -267,24 +342,29 @@ class Publisher:
                 exchange,
                 routing_key,
             ) from exc
-        if not isinstance(exc, (pika.exceptions.AMQPError, OSError, ConfirmTimeout)):
+        if not isinstance(exc, (pika.exceptions.AMQPError, OSError, ConfirmTimeout,
+                                _NodesUnreachable)):
             # A bug, not a broker failure: let it show as it is, and drop the connection so
             # that no message buffered by the failed call goes out with a later one.
-            if link is not None:
-                link.abort()
-            self._link = None
+            self._drop_link(exc)
             raise exc
         blocked = isinstance(exc, ConfirmTimeout) and exc.blocked
-        if link is not None:
-            link.abort()
-        self._link = None
-        if attempt == 1 and not blocked:
+        self._drop_link(exc)
+        # The first retry is always made (a stale connection); later ones while time is left.
+        if not blocked and (not deadline.retries or not deadline.expired()):
             logger.warning(
-                "publishing to %s failed (%s: %s); reconnecting and publishing again",
-                self._url, type(exc).__name__, exc,
+                "publishing to %s failed (%s: %s); publishing again (same message id) on "
+                "a new connection", self._url, type(exc).__name__, exc,
             )
             return
+        if isinstance(exc, _NodesUnreachable):
+            exc = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
         raise self._errors.failure(exc, ids, task, exchange, routing_key) from exc
+
+    def _drop_link(self, exc: Exception) -> None:
+        link, self._link = self._link, None
+        if link is not None:
+            link.abort()
 
     def _refused(
         self,
@@ -297,6 +377,21 @@ class Publisher:
         returned, link.returned = link.returned, {}
         link.nacked = []
         return self._errors.refused(returned, ids, task, exchange, routing_key)
+
+    def _fresh_channel(self, link: ConfirmChannel) -> None:
+        """Go on on a new channel after a nack.
+
+        A channel's quorum-queue client keeps nacking after the queue's leader died (seen
+        for 30 s and more on RabbitMQ 3.10: docs/cluster.md); a new channel finds the new
+        leader at once.
+        """
+        old = link.channel
+        self._reopen_channel(link)
+        try:
+            if old.is_open:
+                old.close()
+        except Exception:  # closing is best effort; the connection may be gone
+            logger.debug("could not close the nacked channel", exc_info=True)
 
     def _reopen_channel(self, link: ConfirmChannel) -> None:
         try:
@@ -323,13 +418,14 @@ class Publisher:
         todo: list[int],
         settled: set[int],
         failed: dict[int, str],
+        deadline: PublishDeadline,
     ) -> None:
         """Send ``todo`` with a window of confirms; fill ``settled`` and ``failed``."""
         link = self._link
         if link is None or not link.is_usable:
             first = batch[todo[0]]
             unsent = [ids[i] for i in (*todo, *failed)]
-            link = self._connect(unsent, None, first[0], first[1])
+            link = self._connect(unsent, None, first[0], first[1], deadline)
         for exchange, routing_key in dict.fromkeys((batch[i][0], batch[i][1]) for i in todo):
             if (exchange, routing_key) not in link.ready:
                 link.ensure_declared(self._topology, exchange, routing_key)
@@ -369,6 +465,15 @@ class Publisher:
                 failed[index] = f"returned {code} {text}"
             link.nacked.clear()
             link.returned.clear()
+
+def _is_node_down(exc: pika.exceptions.ChannelClosedByBroker) -> bool:
+    """RabbitMQ's 404 for a durable classic queue whose node is down (a cluster failover)."""
+    return exc.reply_code == 404 and "down or inaccessible" in str(exc.reply_text)
+
+
+class _NodesUnreachable(Exception):
+    """No node answered while a publish was being retried (a failover, or an outage)."""
+
 
 def _properties(wire: WireMessage) -> pika.BasicProperties:
     """AMQP properties of ``wire`` (DESIGN §4): always persistent."""

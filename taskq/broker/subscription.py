@@ -358,9 +358,10 @@ class Subscription:
                 channel.basic_consume(name, functools.partial(self._on_message, name))
         connection.call_later(_TICK_S, self._tick)
         log = logger.warning if attempt or self._connections > 1 else logger.info
+        params = connection._impl.params  # the node that answered (broker_url may name several)
         log(
-            "connected to the broker; consuming %s with prefetch %d",
-            ", ".join(self._queues), self._settings.prefetch_count,
+            "connected to the broker (node %s:%s); consuming %s with prefetch %d",
+            params.host, params.port, ", ".join(self._queues), self._settings.prefetch_count,
         )
 
     def _prepare_channel(self, connection: pika.BlockingConnection) -> BlockingChannel:

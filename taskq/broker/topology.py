@@ -123,8 +123,14 @@ class QueueOptions:
             )
 
 
-# Quorum queues: how often a message may be delivered before the broker dead-letters it.
-DEFAULT_DELIVERY_LIMIT = 10
+# Quorum queues: how often a message may be delivered before the broker dead-letters it
+# (x-death reason "delivery_limit"). A last-resort backstop only: taskq's own crash-loop guard
+# (max_process_deaths) and retry policy decide a message's fate, while the broker's count
+# also rises on every node death and channel close holding it (+1 each: measured in
+# tests/cluster, docs/cluster.md) and on every infrastructure-fault requeue (a database
+# outage: one per worker pause of 1 s at most, DESIGN 8 says such faults never dead-letter).
+# 10,000 outlasts hours of such outage; a message looping for ever still ends in Q.dlq.
+DEFAULT_DELIVERY_LIMIT = 10_000
 
 
 @dataclass(frozen=True)
@@ -195,9 +201,16 @@ def queue_arguments(
     return arguments
 
 
-def base_declarations(namespace: str) -> Declarations:
-    """The exchanges and queues every app needs, whatever its work queues."""
+def base_declarations(namespace: str, queue_type: str = "classic") -> Declarations:
+    """The exchanges and queues every app needs, whatever its work queues.
+
+    ``ns.unroutable`` is a quorum queue when ``queue_type`` (the ``default_queue_type``) is:
+    on a cluster a classic queue lives on one node, and while that node is down every
+    declaration of it fails (``404 home node ... is down or inaccessible``), which would stop
+    each client that declares the base topology on connect.
+    """
     unroutable = unroutable_name(namespace)
+    parking: dict[str, Any] = {"x-queue-type": "quorum"} if queue_type == "quorum" else {}
     return Declarations(
         exchanges=(
             ExchangeSpec(unroutable, "fanout"),
@@ -206,7 +219,7 @@ def base_declarations(namespace: str) -> Declarations:
             ),
             ExchangeSpec(dlx_name(namespace), "direct"),
         ),
-        queues=(QueueSpec(unroutable),),
+        queues=(QueueSpec(unroutable, parking),),
         bindings=(BindingSpec(unroutable, unroutable, ""),),
     )
 
@@ -357,6 +370,8 @@ class Topology:
     namespace: str
     default_max_priority: int = 10
     queues: dict[str, QueueOptions] = field(default_factory=dict)
+    # Type of the queues not in ``queues`` (the ``default_queue_type`` setting).
+    default_queue_type: QueueType = "classic"
 
     @property
     def exchange(self) -> str:
@@ -374,12 +389,27 @@ class Topology:
         return unroutable_name(self.namespace)
 
     def options(self, queue: str) -> QueueOptions:
-        """Options of ``queue``; queues never configured are classic with defaults."""
-        return self.queues.get(queue) or QueueOptions()
+        """Options of ``queue``; queues never configured get the default type and defaults."""
+        return self.queues.get(queue) or QueueOptions(type=self.default_queue_type)
+
+    def check_priority(self, queue: str, priority: int, task: str) -> None:
+        """Refuse a message priority that ``queue`` would silently ignore.
+
+        Raises:
+            ConfigurationError: ``priority`` > 0 for a quorum queue; RabbitMQ 3.10's quorum
+                queues have no priorities and would deliver it in arrival order.
+        """
+        if priority and self.options(queue).type == "quorum":
+            raise ConfigurationError(
+                f"task {task!r} has priority {priority} but queue {queue!r} is a quorum queue, "
+                "which ignores message priorities (RabbitMQ 3.10); drop the priority, or "
+                "route urgent work to a queue of its own (a separate lane with its own "
+                "workers), or make the queue classic: app.queue(name, type='classic')"
+            )
 
     def base(self) -> Declarations:
         """Declarations every app needs."""
-        return base_declarations(self.namespace)
+        return base_declarations(self.namespace, self.default_queue_type)
 
     def for_queue(self, queue: str, *, delayed: bool = False) -> Declarations:
         """Declarations of ``queue`` and its ``.dlq``.

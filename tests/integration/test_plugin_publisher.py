@@ -118,3 +118,30 @@ def test_with_the_plugin_a_queue_recreated_without_its_binding_gets_later_delays
 
     wait_until(lambda: broker.depth(queue) == 1, message="the second delayed message")
     assert [p.message_id for _, p, _ in broker.get_all(queue)] == ["d-2"]
+
+
+def test_a_lost_connection_is_published_again_until_publish_timeout(
+    names: tuple[str, str], broker: Any
+) -> None:
+    import threading
+
+    from tests.support.proxy import TcpProxy
+
+    # Given a delayed publisher whose connection is cut, the broker back 1 s later
+    exchange, queue = names
+    with TcpProxy.for_url(BROKER_URL) as proxy:
+        settings = Settings(broker_url=proxy.url(BROKER_URL), publish_timeout_s=10.0)
+        publisher = PluginPublisher(settings, lambda key: stand_in(exchange, queue))
+        try:
+            publisher.publish_many([(exchange, queue, WireMessage(b"1", "m-1"))])
+            proxy.cut()
+            timer = threading.Timer(1.0, proxy.restore)  # the fault schedule, not a wait
+            timer.start()
+
+            # When it publishes meanwhile, it keeps trying and the message gets through
+            publisher.publish_many([(exchange, queue, WireMessage(b"2", "m-2"))])
+            timer.join()
+        finally:
+            publisher.close()
+
+    assert [p.message_id for _, p, _ in broker.get_all(queue)] == ["m-1", "m-2"]

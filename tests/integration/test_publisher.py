@@ -381,8 +381,12 @@ def test_lost_connection_is_retried_transparently(make_publisher, names, admin, 
     assert admin.depth(queue) == 2
 
 
-def test_connection_kept_cut_raises_publish_error_quickly(make_publisher, names, proxy):
-    publisher = make_publisher(broker_url=proxy.url(BROKER_URL), connect_timeout_s=1.0)
+def test_connection_kept_cut_raises_publish_error_after_publish_timeout(
+    make_publisher, names, proxy
+):
+    publisher = make_publisher(
+        broker_url=proxy.url(BROKER_URL), connect_timeout_s=1.0, publish_timeout_s=1.0
+    )
     queue = names.queue("work")
     send(publisher, queue)
 
@@ -391,8 +395,10 @@ def test_connection_kept_cut_raises_publish_error_quickly(make_publisher, names,
     with pytest.raises(PublishError) as caught:
         send(publisher, queue)
 
-    # One failed attempt on the dead connection, one connect attempt: bounded by its timeout.
-    assert time.monotonic() - started < 3.5
+    # Reconnects are refused at once; they go on until publish_timeout_s (DESIGN 8), and an
+    # attempt under way may take one connect timeout more.
+    assert 1.0 <= time.monotonic() - started < 3.5
+    assert caught.value.reason == "connection_lost"
     assert queue in str(caught.value)
     assert ":***@" in str(caught.value) and "guest:guest" not in str(caught.value)
 
@@ -512,3 +518,143 @@ def test_forked_child_publishes_on_its_own_connection(make_publisher, names, adm
     send(publisher, queue)
     assert publisher._link is parent_link
     assert admin.depth(queue) == 3
+
+
+# -- failover (DESIGN 8: several nodes, publish_timeout_s) -------------------------------------
+
+
+def _restore_later(proxy: Any, delay_s: float) -> threading.Timer:
+    # The fault schedule of the test (the broker "comes back"), not a wait for a condition.
+    timer = threading.Timer(delay_s, proxy.restore)
+    timer.start()
+    return timer
+
+
+def test_publish_after_a_lost_connection_waits_for_the_broker_within_publish_timeout(
+    make_publisher, names, admin, proxy
+):
+    # Given a publisher whose connection is cut, and the broker back 1 s later
+    publisher = make_publisher(broker_url=proxy.url(BROKER_URL), publish_timeout_s=10.0)
+    queue = names.queue("work")
+    send(publisher, queue)
+    proxy.cut()
+    timer = _restore_later(proxy, 1.0)
+
+    # When it publishes meanwhile, it keeps reconnecting and publishes the same message
+    message = wire()
+    started = time.monotonic()
+    send(publisher, queue, message)
+    timer.join()
+
+    # Then the call returned once the broker answered again, and the message is there
+    assert 0.9 <= time.monotonic() - started < 8.0
+    got = admin.get_all(queue)
+    assert [m[1].message_id for m in got][-1] == message.message_id
+
+
+def test_publish_fails_over_to_the_next_node(make_publisher, names, admin):
+    from tests.support.proxy import TcpProxy
+
+    # Given two "nodes" (two proxies to the broker) in one broker_url
+    with TcpProxy.for_url(BROKER_URL) as node1, TcpProxy.for_url(BROKER_URL) as node2:
+        nodes = {node1.port: node1, node2.port: node2}
+        publisher = make_publisher(
+            broker_url=[node1.url(BROKER_URL), node2.url(BROKER_URL)], publish_timeout_s=5.0
+        )
+        queue = names.queue("work")
+        send(publisher, queue)
+        first_port = publisher._link.connection._impl.params.port
+
+        # When the node it is connected to dies
+        nodes[first_port].cut()
+        started = time.monotonic()
+        message = send(publisher, queue)
+
+        # Then the publish went to the other node at once, same message id
+        assert time.monotonic() - started < 2.0
+        assert publisher._link.connection._impl.params.port != first_port
+        got = admin.get_all(queue)
+        assert [m[1].message_id for m in got][-1] == message.message_id
+
+
+def test_no_node_answering_names_every_node_without_passwords(make_publisher, names):
+    urls = [f"amqp://guest:s3cret-{n}@127.0.0.1:{free_port()}/%2F" for n in (1, 2)]
+    publisher = make_publisher(broker_url=";".join(urls), connect_timeout_s=1.0)
+
+    with pytest.raises(PublishError) as caught:
+        send(publisher, names.queue("work"))
+
+    text = str(caught.value)
+    assert caught.value.reason == "unreachable"
+    assert "s3cret" not in text and text.count(":***@127.0.0.1:") == 2
+    assert "any of the 2 RabbitMQ nodes" in text
+
+
+@pytest.fixture
+def full_side_queue(names, admin):
+    """A queue outside the app's topology that nacks while full (max-length 1)."""
+    queue = names.queue("side")
+    exchange = f"{names.ns}.side"
+    channel = admin.channel
+    channel.exchange_declare(exchange, exchange_type="direct", auto_delete=False)
+    channel.queue_declare(
+        queue, durable=True, arguments={"x-max-length": 1, "x-overflow": "reject-publish"}
+    )
+    channel.queue_bind(queue, exchange, routing_key=queue)
+    channel.basic_publish(exchange, queue, b"first")
+    wait_until(lambda: admin.depth(queue) == 1, timeout_s=5, message="side queue filled")
+    yield exchange, queue
+    admin.delete_exchange(exchange)
+
+
+def _drain_later(queue: str, delay_s: float) -> threading.Timer:
+    def drain() -> None:
+        other = BrokerAdmin(BROKER_URL)
+        try:
+            other.channel.queue_purge(queue)
+        finally:
+            other.close()
+
+    timer = threading.Timer(delay_s, drain)
+    timer.start()
+    return timer
+
+
+def test_a_nack_is_published_again_until_publish_timeout(make_publisher, full_side_queue, admin):
+    # Given a queue that nacks now (as a quorum queue does while it elects a leader) and
+    # takes messages again 0.5 s later
+    exchange, queue = full_side_queue
+    publisher = make_publisher(publish_timeout_s=10.0)
+    timer = _drain_later(queue, 0.5)
+
+    # When a message is published to it
+    message = wire()
+    publisher.publish(message, exchange=exchange, routing_key=queue, task="tests.noop")
+    timer.join()
+
+    # Then the publish was retried with the same message id until it was confirmed
+    assert [m[1].message_id for m in admin.get_all(queue)] == [message.message_id]
+
+
+def test_publish_many_sends_nacked_messages_again(make_publisher, full_side_queue, admin):
+    exchange, queue = full_side_queue
+    publisher = make_publisher(publish_timeout_s=10.0)
+    messages = [wire()]
+    timer = _drain_later(queue, 0.5)
+
+    publisher.publish_many((exchange, queue, message) for message in messages)
+    timer.join()
+
+    assert [m[1].message_id for m in admin.get_all(queue)] == [messages[0].message_id]
+
+
+def test_a_nack_is_reported_once_publish_timeout_is_spent(make_publisher, full_side_queue):
+    exchange, queue = full_side_queue
+    publisher = make_publisher(publish_timeout_s=0.5)
+
+    started = time.monotonic()
+    with pytest.raises(PublishError) as caught:
+        publisher.publish(wire(), exchange=exchange, routing_key=queue, task="tests.noop")
+
+    assert caught.value.reason == "nack"
+    assert 0.5 <= time.monotonic() - started < 3.0

@@ -130,3 +130,43 @@ def test_a_settlement_waited_for_is_not_lost_when_the_process_dies_right_after(
     wait_until(lambda: broker.depth(dlq_name(queue)) == 1,
                message="the message is in Q.dlq")
     assert broker.depth(queue) == 0
+
+
+def test_a_consumer_whose_node_dies_consumes_again_from_the_next_node(
+    make_app: Callable[..., App],
+) -> None:
+    from tests.conftest import BROKER_URL
+    from tests.support.proxy import TcpProxy
+
+    # Given a worker's consumer with two "nodes" (two proxies to the broker) in broker_url,
+    # holding one delivery it has not settled
+    with TcpProxy.for_url(BROKER_URL) as node1, TcpProxy.for_url(BROKER_URL) as node2:
+        nodes = {node1.port: node1, node2.port: node2}
+        app = make_app(prefetch_count=4, delay_backend="tiers",
+                       broker_url=[node1.url(BROKER_URL), node2.url(BROKER_URL)])
+        subscription = Subscription(
+            app.settings, app.topology, [app.settings.default_queue], client_name="taskq test"
+        )
+        subscription.start()
+        try:
+            wait_until(lambda: subscription.is_connected, message="the subscription consumes")
+            connection: Any = subscription._connection
+            first_port = connection._impl.params.port
+            publish(app, "m1")
+            in_hand = take(subscription, 1)[0]
+
+            # When the node it consumes from dies
+            nodes[first_port].cut()
+
+            # Then it consumes again from the other node: the delivery of the dead
+            # connection comes back (redelivered), and new messages arrive
+            publish(app, "m2")
+            again = take(subscription, 2)
+            assert sorted(d.message.message_id for d in again) == ["m1", "m2"]
+            assert next(d for d in again if d.message.message_id == "m1").is_redelivered
+            assert subscription._connection._impl.params.port != first_port  # type: ignore[union-attr]
+            in_hand.ack()  # a late ack of the dead channel is a logged no-op
+            for delivery in again:
+                delivery.ack()
+        finally:
+            subscription.close()

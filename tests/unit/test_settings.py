@@ -146,3 +146,68 @@ def test_redacted_url_never_contains_the_secret(url: str) -> None:
     redacted = redact_url(url)
 
     assert "s3c" not in redacted and "ret@" not in redacted and "ret&" not in redacted
+
+
+# -- several broker nodes (DESIGN 8) ----------------------------------------------------------
+
+_NODES = [
+    "amqp://u:pw;1@n1:5672/%2F",
+    "amqp://u:p/w2@n2:5672/%2F",
+    "amqps://u:pw3@n3:5671/%2F",
+]
+
+
+def test_broker_url_with_several_nodes_from_the_environment() -> None:
+    environ = {"TASKQ_BROKER_URL": " ; ".join(_NODES) + ";"}
+
+    settings = Settings.load(environ=environ)
+
+    assert settings.broker_urls == _NODES
+
+
+def test_broker_url_as_a_list_in_code_is_joined() -> None:
+    app = App("shop", broker_url=list(_NODES))
+
+    assert app.settings.broker_url == ";".join(_NODES)
+    assert app.settings.broker_urls == _NODES
+
+
+def test_several_broker_urls_are_masked_in_repr() -> None:
+    settings = Settings.load({"broker_url": list(_NODES)}, environ={})
+
+    text = repr(settings)
+
+    assert "pw;1" not in text and "p/w2" not in text and "pw3" not in text
+    assert text.count(":***@") >= 3
+
+
+@pytest.mark.parametrize(
+    ("broker_url", "fragment"),
+    [
+        ([], "at least one"),
+        (["amqp://u:pw@n1/%2F", ""], "at least one"),
+        (["amqp://u:pw@n1/%2F;amqp://u:pw@n2/%2F"], "one URL per entry"),
+        ("rabbit2:5672;amqp://u:s3cret@n1/%2F", "not an AMQP URL"),
+        ("", "empty"),
+    ],
+)
+def test_invalid_broker_url_lists_are_rejected_without_the_password(
+    broker_url: object, fragment: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=fragment) as caught:
+        Settings.load({"broker_url": broker_url}, environ={})
+
+    assert "s3cret" not in str(caught.value) and "pw@" not in str(caught.value)
+
+
+def test_publish_timeout_and_default_queue_type_settings() -> None:
+    settings = Settings.load(
+        environ={"TASKQ_PUBLISH_TIMEOUT_S": "7.5", "TASKQ_DEFAULT_QUEUE_TYPE": "quorum"}
+    )
+
+    assert settings.publish_timeout_s == 7.5
+    assert settings.default_queue_type == "quorum"
+    with pytest.raises(ConfigurationError, match="default_queue_type"):
+        Settings.load({"default_queue_type": "stream"}, environ={})
+    with pytest.raises(ConfigurationError, match="publish_timeout_s must not be negative"):
+        Settings.load({"publish_timeout_s": -1}, environ={})

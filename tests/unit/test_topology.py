@@ -116,3 +116,54 @@ def test_with_the_plugin_backend_a_work_queue_is_declared_with_its_delayed_bindi
     assert all(binding.exchange != "shop.delayed" for binding in plain.bindings)
     assert plain == topo.queue_declarations("shop", "emails", topo.QueueOptions(),
                                             default_max_priority=10)
+
+
+# -- quorum queues as a lane of their own (issue 15) -----------------------------------------
+
+
+def test_default_queue_type_quorum_makes_every_unconfigured_queue_quorum() -> None:
+    app = App("shop", namespace="shop", default_queue_type="quorum")
+    app.queue("reports", max_length=100)
+    app.queue("legacy", type="classic")
+
+    def arguments(queue: str) -> dict[str, object]:
+        return dict(app.topology.for_queue(queue).queues[0].arguments)
+
+    assert arguments("emails")["x-queue-type"] == "quorum"
+    assert arguments("reports")["x-queue-type"] == "quorum"
+    assert "x-max-priority" not in arguments("emails")
+    assert arguments("legacy")["x-max-priority"] == 10
+    assert app.topology.for_queue("emails").queues[1].arguments["x-queue-type"] == "quorum"
+    # ... and the parking queue of unroutable messages, which every client declares on
+    # connect: a classic one would fail every declaration while its node is down
+    [unroutable] = app.topology.base().queues
+    assert unroutable.arguments == {"x-queue-type": "quorum"}
+    assert topo.Topology("shop").base().queues[0].arguments == {}
+
+
+def test_quorum_delivery_limit_is_generous_by_default() -> None:
+    args = topo.queue_arguments("shop", "q", topo.QueueOptions(type="quorum"),
+                                default_max_priority=10)
+
+    # Node deaths and channel closes raise the count too: a small limit dead-letters
+    # healthy messages during failovers (docs/cluster.md).
+    assert args["x-delivery-limit"] == 10_000
+
+
+def test_a_priority_for_a_quorum_queue_is_refused_before_publishing() -> None:
+    # Nothing listens on port 1: a publish would fail with PublishError, not this
+    app = App("shop", namespace="shop", broker_url="amqp://guest:guest@127.0.0.1:1/%2F")
+    app.queue("billing", type="quorum")
+
+    @app.task(queue="billing", priority=5)
+    def charge() -> None: ...
+
+    @app.task(queue="billing")
+    def refund() -> None: ...
+
+    with pytest.raises(ConfigurationError, match="'billing' is a quorum queue.*priorit"):
+        charge.delay()
+    with pytest.raises(ConfigurationError, match="quorum queue"):
+        refund.apply_async(priority=3)
+    with pytest.raises(ConfigurationError, match="quorum queue"):
+        charge.map([1, 2])

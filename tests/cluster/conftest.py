@@ -1,0 +1,96 @@
+"""Fixtures of the cluster tests: one private 3-node RabbitMQ cluster per test module.
+
+The cluster (tests/support/rabbitmq_nodes.py) boots once per module (about 30 s on a busy
+2-core machine) and is removed after its last test; each test gets its own namespace and
+quorum queue through a :class:`~tests.cluster.harness.ClusterScenario`, and leaves every node
+running again for the next one. Effects go to a PostgreSQL schema of the module's own on the
+machine's PostgreSQL. Where ``rabbitmq-server`` is not installed every test is skipped with
+the reason.
+
+The tests run with ``make cluster`` (``TASKQ_CLUSTER=1 pytest tests/cluster``) and in CI
+(``.ci/run`` sets ``TASKQ_CLUSTER=1``); a developer's ``make test`` skips them, as it skips
+the fault suite.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.cluster import tasks
+from tests.cluster.harness import ClusterScenario
+from tests.conftest import postgres_schema, schema_url
+from tests.support.rabbitmq_nodes import RabbitCluster
+
+_LINES_KEY = pytest.StashKey[list[str]]()
+_ENABLED = os.environ.get("TASKQ_CLUSTER", "") == "1"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    markexpr = config.getoption("markexpr", "") or ""
+    if _ENABLED or ("cluster" in markexpr and "not cluster" not in markexpr):
+        return
+    skip = pytest.mark.skip(reason="cluster tests: run them with `make cluster` "
+                            "(or TASKQ_CLUSTER=1)")
+    for item in items:
+        if item.get_closest_marker("cluster") is not None:
+            item.add_marker(skip)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = terminalreporter.config.stash.get(_LINES_KEY, [])
+    if lines:
+        terminalreporter.section("cluster scenarios: lost / unexpected / duplicate effects")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[RabbitCluster]:
+    """Three private RabbitMQ nodes in one cluster, running (killed and removed at the end)."""
+    with RabbitCluster(3) as nodes:
+        boot_s = nodes.start()
+        print(f"cluster of 3 formed in {boot_s:.1f}s")
+        yield nodes
+
+
+@pytest.fixture(scope="module")
+def cluster_database_url() -> Iterator[str]:
+    """A PostgreSQL schema of this module's own, with taskq's tables and cluster_effects."""
+    with postgres_schema("tqcluster") as schema:
+        url = schema_url(schema)
+        engine = sa.create_engine(url)
+        tasks.effects_metadata.create_all(engine)
+        engine.dispose()
+        yield url
+
+
+@pytest.fixture
+def scenario_factory(
+    cluster: RabbitCluster, cluster_database_url: str, tmp_path: Path,
+    request: pytest.FixtureRequest,
+) -> Iterator[Callable[[str], ClusterScenario]]:
+    """Build the test's scenario; afterwards kill its processes and bring every node back."""
+    made: list[ClusterScenario] = []
+
+    def make(name: str) -> ClusterScenario:
+        scenario = ClusterScenario(name, cluster=cluster, database_url=cluster_database_url,
+                                   directory=tmp_path)
+        made.append(scenario)
+        return scenario
+
+    yield make
+    for scenario in made:
+        scenario.close()
+        if scenario.counts is not None:
+            request.config.stash.setdefault(_LINES_KEY, []).append(
+                scenario.counts.line(scenario.name)
+            )
+    for node in cluster.nodes:  # a failed test may have left a node down or cut off
+        if not node.is_alive():
+            node.start()
+    cluster.wait_formed()

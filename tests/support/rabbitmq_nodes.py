@@ -1,0 +1,396 @@
+"""Private RabbitMQ nodes for tests: one node, or a cluster of N, started beside the machine's.
+
+Each :class:`RabbitCluster` has its own epmd on a free port, its own cookie in a private
+``HOME``, and per node its own name (``rabbitN@localhost``), AMQP, distribution and CLI ports,
+data and log directories, all under one temporary directory that :meth:`RabbitCluster.close`
+removes. Nodes are started with the Debian scripts under ``/usr/lib/rabbitmq/bin`` called
+directly (the ``/usr/sbin`` wrappers switch to the ``rabbitmq`` user when run as root and
+reset ``HOME``); several nodes find each other by classic-config peer discovery and run with
+``cluster_partition_handling = pause_minority``. Facts measured on this machine behind these
+choices: ``/work/shared/notes/rabbitmq-cluster.md``.
+
+Only PIDs started here are ever signalled (a node's ``beam.smp`` PID is read from its
+``RABBITMQ_PID_FILE``); never ``pkill``, and never ``epmd -kill`` (it would stop the machine's
+epmd on 4369). The machine's broker (127.0.0.1:5672) is never touched.
+
+Usage::
+
+    with RabbitCluster(3) as cluster:      # skips the test where rabbitmq-server is missing
+        cluster.start()                      # returns once 3 nodes run in one cluster
+        urls = cluster.urls                  # one AMQP URL per node
+        cluster.nodes[0].kill()              # kill -9 of its beam.smp
+        cluster.nodes[0].start()             # back on the same ports and data
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from types import TracebackType
+
+from tests.support.waiting import wait_until
+
+logger = logging.getLogger(__name__)
+
+RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
+BOOT_TIMEOUT_S = 120.0
+STOP_TIMEOUT_S = 30.0
+_CTL_TIMEOUT_S = 60.0
+
+
+def missing_reason() -> str | None:
+    """Why private nodes cannot run here, or ``None`` when they can."""
+    if not (RABBITMQ_BIN / "rabbitmq-server").exists():
+        return f"rabbitmq-server is not installed ({RABBITMQ_BIN}/rabbitmq-server is missing)"
+    if shutil.which("epmd") is None:
+        return "epmd (Erlang) is not on PATH"
+    return None
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def answers(port: int) -> bool:
+    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    stat = Path(f"/proc/{pid}/stat")  # a zombie of ours counts as gone
+    return not stat.exists() or stat.read_text().split()[2] == "Z"
+
+
+class RabbitNode:
+    """One node of a :class:`RabbitCluster` (build them through the cluster)."""
+
+    def __init__(self, cluster: RabbitCluster, index: int) -> None:
+        self.cluster = cluster
+        self.index = index
+        self.name = f"rabbit{index}@localhost"
+        self.port = free_port()
+        self.dist_port = free_port()
+        self.ctl_port = free_port()
+        self.root = cluster.root / f"rabbit{index}"
+        self.root.mkdir()
+        self._script: subprocess.Popen[bytes] | None = None
+        self.beam_pid: int | None = None
+
+    def __repr__(self) -> str:
+        return f"<RabbitNode {self.name} amqp={self.port} beam={self.beam_pid}>"
+
+    @property
+    def url(self) -> str:
+        """AMQP URL of this node (guest may log in: ``loopback_users = none``)."""
+        return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
+
+    def env(self) -> dict[str, str]:
+        """Environment of this node's server script and of ``rabbitmqctl -n`` on it."""
+        env = {k: v for k, v in os.environ.items() if k != "ERL_FLAGS"}
+        root = self.root
+        env.update(
+            HOME=str(self.cluster.home),
+            ERL_EPMD_PORT=str(self.cluster.epmd_port),
+            ERL_EPMD_ADDRESS="127.0.0.1",
+            RABBITMQ_CONF_ENV_FILE=str(self.cluster.root / "env.conf"),
+            RABBITMQ_NODENAME=self.name,
+            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
+            RABBITMQ_NODE_PORT=str(self.port),
+            RABBITMQ_DIST_PORT=str(self.dist_port),
+            RABBITMQ_CONFIG_FILE=str(root / "rabbitmq.conf"),
+            RABBITMQ_ADVANCED_CONFIG_FILE=str(self.cluster.root / "advanced.config"),
+            RABBITMQ_ENABLED_PLUGINS_FILE=str(self.cluster.root / "enabled_plugins"),
+            RABBITMQ_MNESIA_BASE=str(root / "mnesia"),
+            RABBITMQ_LOG_BASE=str(root / "log"),
+            RABBITMQ_PID_FILE=str(root / "beam.pid"),
+            RABBITMQ_CTL_DIST_PORT_MIN=str(self.ctl_port),
+            RABBITMQ_CTL_DIST_PORT_MAX=str(self.ctl_port + 10),
+            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=(
+                "+S 1:1 +sbwt none "
+                "-kernel inet_dist_use_interface {127,0,0,1}"
+            ),
+        )
+        return env
+
+    def write_config(self, peers: list[str]) -> None:
+        lines = [
+            f"listeners.tcp.default = 127.0.0.1:{self.port}",
+            "loopback_users = none",
+            "vm_memory_high_watermark.absolute = 1GiB",
+            "disk_free_limit.absolute = 50MB",
+            "log.console = false",
+            "log.file.level = info",
+        ]
+        if len(peers) > 1:
+            lines += [
+                "cluster_formation.peer_discovery_backend = classic_config",
+                *(f"cluster_formation.classic_config.nodes.{i} = {peer}"
+                  for i, peer in enumerate(peers, 1)),
+                "cluster_partition_handling = pause_minority",
+            ]
+        (self.root / "rabbitmq.conf").write_text("\n".join(lines) + "\n")
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def launch(self) -> None:
+        """Start the server script without waiting (see :meth:`wait_amqp`)."""
+        if self.is_alive():
+            raise RuntimeError(f"{self.name} is already running")
+        (self.root / "beam.pid").unlink(missing_ok=True)
+        with open(self.root / "server.out", "ab") as out:
+            self._script = subprocess.Popen(
+                [str(RABBITMQ_BIN / "rabbitmq-server")], env=self.env(), stdout=out,
+                stderr=subprocess.STDOUT, start_new_session=True,
+            )
+
+    def wait_amqp(self, timeout_s: float = BOOT_TIMEOUT_S) -> None:
+        """Wait until this node accepts AMQP connections and its beam PID is known."""
+        script = self._script
+        assert script is not None, "launch() first"
+        wait_until(
+            lambda: script.poll() is not None or answers(self.port),
+            timeout_s=timeout_s, interval_s=0.1,
+            message=f"private RabbitMQ node {self.name} to accept AMQP on {self.port}",
+        )
+        if script.poll() is not None:
+            raise RuntimeError(
+                f"private RabbitMQ node {self.name} exited; see {self.root}/server.out and "
+                f"{self.root}/log"
+            )
+        self.beam_pid = int(str(wait_until(self._read_pid, timeout_s=10, interval_s=0.05)))
+
+    def start(self, timeout_s: float = BOOT_TIMEOUT_S) -> float:
+        """(Re)start the node on its ports and data; return seconds until AMQP answered."""
+        started_at = time.monotonic()
+        self.launch()
+        self.wait_amqp(timeout_s)
+        return time.monotonic() - started_at
+
+    def kill(self) -> int:
+        """``kill -9`` this node's ``beam.smp``; return its PID once it is gone."""
+        pid = self.beam_pid
+        if pid is None:
+            raise RuntimeError(f"{self.name} is not running")
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        wait_until(lambda: _gone(pid), timeout_s=STOP_TIMEOUT_S, interval_s=0.02,
+                   message=f"beam.smp {pid} of {self.name} to exit")
+        self._reap_script()
+        self.beam_pid = None
+        return pid
+
+    def stop(self) -> None:
+        """Stop the node gracefully (``rabbitmqctl stop``), as a rolling restart does."""
+        pid = self.beam_pid
+        if pid is None:
+            return
+        self.ctl("stop", timeout_s=STOP_TIMEOUT_S)
+        wait_until(lambda: _gone(pid), timeout_s=STOP_TIMEOUT_S, interval_s=0.05,
+                   message=f"beam.smp {pid} of {self.name} to exit after stop")
+        self._reap_script()
+        self.beam_pid = None
+
+    def is_alive(self) -> bool:
+        return self.beam_pid is not None and not _gone(self.beam_pid)
+
+    def _reap_script(self) -> None:
+        script = self._script
+        if script is not None:
+            try:
+                script.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(script.pid, signal.SIGKILL)  # its own session: ours only
+                script.wait(STOP_TIMEOUT_S)
+
+    def _read_pid(self) -> str | None:
+        try:
+            text = (self.root / "beam.pid").read_text().strip()
+        except OSError:
+            return None
+        return text if text.isdigit() else None
+
+    # -- CLI ---------------------------------------------------------------------------------
+
+    def ctl(self, *args: str, timeout_s: float = _CTL_TIMEOUT_S, check: bool = True) -> str:
+        """Run ``rabbitmqctl -n <this node> args...``; return its standard output."""
+        done = subprocess.run(
+            [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.name, *args],
+            env=self.env(), capture_output=True, text=True, timeout=timeout_s, check=False,
+        )
+        if check and done.returncode != 0:
+            raise RuntimeError(
+                f"rabbitmqctl -n {self.name} {' '.join(args)} exited {done.returncode}: "
+                f"{done.stderr.strip() or done.stdout.strip()}"
+            )
+        return done.stdout
+
+    def is_quorum_critical(self) -> bool:
+        """Whether stopping this node now would leave a quorum queue without a majority."""
+        done = subprocess.run(
+            [str(RABBITMQ_BIN / "rabbitmq-queues"), "-n", self.name,
+             "check_if_node_is_quorum_critical"],
+            env=self.env(), capture_output=True, text=True, timeout=_CTL_TIMEOUT_S,
+            check=False,
+        )
+        return done.returncode != 0
+
+    def running_nodes(self) -> list[str]:
+        """Nodes this node sees running in its cluster (empty while it cannot answer)."""
+        done = subprocess.run(
+            [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.name, "cluster_status",
+             "--formatter", "json"],
+            env=self.env(), capture_output=True, text=True, timeout=_CTL_TIMEOUT_S,
+            check=False,
+        )
+        if done.returncode != 0:
+            return []
+        try:
+            return sorted(json.loads(done.stdout).get("running_nodes", []))
+        except ValueError:
+            return []
+
+    def eval(self, expression: str) -> str:
+        """Evaluate an Erlang expression on this node."""
+        return self.ctl("eval", expression).strip()
+
+    def partition(self) -> None:
+        """Cut this node off from the others (a wrong cookie blocks the reconnects)."""
+        others = self._other_names()
+        self.eval(
+            f"Os=[{others}], [erlang:set_cookie(N, partitioned) || N <- Os], "
+            "[erlang:disconnect_node(N) || N <- Os], ok."
+        )
+
+    def heal(self) -> None:
+        """Undo :meth:`partition`: the right cookie again, and reconnect."""
+        others = self._other_names()
+        self.eval(
+            f"Os=[{others}], [erlang:set_cookie(N, erlang:get_cookie()) || N <- Os], "
+            "[net_adm:ping(N) || N <- Os], ok."
+        )
+
+    def _other_names(self) -> str:
+        return ",".join(f"'{n.name}'" for n in self.cluster.nodes if n is not self)
+
+
+class RabbitCluster:
+    """``size`` private RabbitMQ nodes in one cluster (``size=1``: a lone node).
+
+    Skips the calling test (``pytest.skip``, with the reason) where ``rabbitmq-server`` is
+    not installed. Boot with :meth:`start`; :meth:`close` kills every node and epmd started
+    here and removes the temporary directory.
+    """
+
+    def __init__(self, size: int = 3) -> None:
+        reason = missing_reason()
+        if reason is not None:
+            import pytest
+
+            print(f"skipping: {reason}")  # shown with -s, and in the skip reason
+            pytest.skip(reason)
+        self.root = Path(tempfile.mkdtemp(prefix="taskq-rabbit-nodes-"))
+        self.home = self.root / "home"
+        self.home.mkdir()
+        cookie = self.home / ".erlang.cookie"
+        cookie.write_text(f"taskqnodes{os.getpid()}{int(time.time())}")
+        cookie.chmod(0o400)
+        (self.root / "env.conf").write_text("")
+        (self.root / "enabled_plugins").write_text("[].\n")
+        (self.root / "advanced.config").write_text("[].\n")
+        self.epmd_port = free_port()
+        self._epmd: subprocess.Popen[bytes] | None = None
+        self.nodes = [RabbitNode(self, index) for index in range(1, size + 1)]
+        names = [node.name for node in self.nodes]
+        for node in self.nodes:
+            node.write_config(names)
+        self.boot_s: float | None = None
+
+    def __enter__(self) -> RabbitCluster:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None,
+        trace: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    @property
+    def urls(self) -> list[str]:
+        """One AMQP URL per node, in node order."""
+        return [node.url for node in self.nodes]
+
+    @property
+    def broker_url(self) -> str:
+        """Every node's URL, ``;``-separated (taskq's multi-node ``broker_url``)."""
+        return ";".join(self.urls)
+
+    def start(self, timeout_s: float = BOOT_TIMEOUT_S) -> float:
+        """Boot epmd and every node; return once all run in one cluster (seconds taken)."""
+        started_at = time.monotonic()
+        self._epmd = subprocess.Popen(
+            ["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )
+        for node in self.nodes:
+            node.launch()
+        for node in self.nodes:
+            node.wait_amqp(timeout_s)
+        self.wait_formed(timeout_s)
+        self.boot_s = time.monotonic() - started_at
+        logger.info("private RabbitMQ cluster of %d up in %.1fs: %s", len(self.nodes),
+                    self.boot_s, self.nodes)
+        return self.boot_s
+
+    def wait_formed(self, timeout_s: float = BOOT_TIMEOUT_S, *, via: RabbitNode | None = None,
+                    count: int | None = None) -> None:
+        """Wait until ``count`` (default: all) nodes run in one cluster, as ``via`` sees it."""
+        want = len(self.nodes) if count is None else count
+        node = via or next(n for n in self.nodes if n.is_alive())
+        wait_until(lambda: len(node.running_nodes()) == want, timeout_s=timeout_s,
+                   interval_s=0.5, message=f"{want} nodes running in one cluster")
+
+    def node_by_name(self, name: str) -> RabbitNode:
+        return next(node for node in self.nodes if node.name == name)
+
+    def queue_leader(self, queue: str) -> RabbitNode:
+        """The node holding the leader of quorum queue ``queue``."""
+        via = next(n for n in self.nodes if n.is_alive())
+        text = via.ctl("list_queues", "name", "leader", "--formatter", "json")
+        for row in json.loads(text):
+            if row.get("name") == queue and row.get("leader"):
+                return self.node_by_name(str(row["leader"]))
+        raise LookupError(f"quorum queue {queue!r} has no leader listed")
+
+    def close(self) -> None:
+        """Kill every node and epmd started here; remove the temporary directory."""
+        for node in self.nodes:
+            if node.beam_pid is not None:
+                with contextlib.suppress(Exception):
+                    node.kill()
+            node._reap_script()
+        epmd = self._epmd
+        if epmd is not None and epmd.poll() is None:
+            epmd.kill()
+            epmd.wait(STOP_TIMEOUT_S)
+        shutil.rmtree(self.root, ignore_errors=True)
