@@ -30,9 +30,16 @@ def test_postgres_waker_returns_at_a_notify_and_after_its_timeout(postgres_url: 
     engine = sa.create_engine(postgres_url)
     waker = PostgresWaker(engine)
     try:
-        started = time.monotonic()
-        waker.wait(0.2)  # nothing sent: returns at its timeout
-        assert 0.19 <= time.monotonic() - started < 5
+        # Nothing sent by this test: returns at its timeout. (The channel is shared by every
+        # relay on this PostgreSQL, so another run's commit may wake one wait early.)
+        waits_s = []
+        for _ in range(5):
+            started = time.monotonic()
+            waker.wait(0.2)
+            waits_s.append(time.monotonic() - started)
+            if waits_s[-1] >= 0.19:
+                break
+        assert max(waits_s) >= 0.19 and max(waits_s) < 5, waits_s
 
         with engine.begin() as conn:  # a producer's commit notifies
             conn.execute(sa.select(sa.func.pg_notify(NOTIFY_CHANNEL, "")))
