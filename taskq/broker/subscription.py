@@ -43,17 +43,13 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from taskq.broker.connection import declare, open_connection
+from taskq.broker.delivery import ACK, REQUEUE, Delivery
 from taskq.broker.topology import Topology
 from taskq.errors import BrokerConnectionError, ConfigurationError, PublishError, TopologyError
 from taskq.message import WireMessage
 from taskq.settings import Settings
 
 logger = logging.getLogger(__name__)
-
-# Actions the main thread hands back for a delivery.
-_ACK = 0
-_REJECT = 1
-_REQUEUE = 2
 
 # How often the I/O thread looks at flags set by signal handlers (stop consuming).
 _TICK_S = 0.5
@@ -75,50 +71,6 @@ def reconnect_delay_s(
     delay = min(max_delay_s, _RECONNECT_BASE_DELAY_S * (2 ** min(attempt, 30)))
     uniform = rand.uniform if rand is not None else random.uniform
     return float(delay / 2 + uniform(0, delay / 2))
-
-
-class Delivery:
-    """One message received by a worker process, with its ack state.
-
-    Attributes:
-        message: The message as received (body, id, headers, properties).
-        queue: The work queue it was consumed from.
-        is_redelivered: The broker delivered it before (a process died, a channel closed).
-        delivery_tag: AMQP delivery tag; valid only on the channel it came from.
-        generation: Which connection of the subscription it came from.
-    """
-
-    __slots__ = ("message", "queue", "is_redelivered", "delivery_tag", "generation", "_owner")
-
-    def __init__(
-        self,
-        message: WireMessage,
-        queue: str,
-        is_redelivered: bool,
-        delivery_tag: int,
-        generation: int,
-        owner: Subscription,
-    ) -> None:
-        self.message = message
-        self.queue = queue
-        self.is_redelivered = is_redelivered
-        self.delivery_tag = delivery_tag
-        self.generation = generation
-        self._owner = owner
-
-    def __repr__(self) -> str:
-        return (
-            f"<Delivery {self.message.message_id} queue={self.queue} tag={self.delivery_tag}"
-            f" generation={self.generation}>"
-        )
-
-    def ack(self) -> None:
-        """Acknowledge: the broker forgets the message. Call once, from the main thread."""
-        self._owner.settle(self, _ACK)
-
-    def reject(self, *, requeue: bool) -> None:
-        """Reject: back to the queue (``requeue=True``) or to the queue's dead-letter exchange."""
-        self._owner.settle(self, _REQUEUE if requeue else _REJECT)
 
 
 class Subscription:
@@ -440,13 +392,13 @@ class Subscription:
                         "cannot settle message %s: its channel is gone; the broker "
                         "redelivers it", delivery.message.message_id,
                     )
-                elif action == _ACK:
+                elif action == ACK:
                     ack_up_to = delivery.delivery_tag
                 else:
                     if ack_up_to:
                         channel.basic_ack(ack_up_to, multiple=True)
                         ack_up_to = 0
-                    channel.basic_reject(delivery.delivery_tag, requeue=action == _REQUEUE)
+                    channel.basic_reject(delivery.delivery_tag, requeue=action == REQUEUE)
             if ack_up_to and channel is not None:
                 channel.basic_ack(ack_up_to, multiple=True)  # BlockingChannel writes it now
         finally:

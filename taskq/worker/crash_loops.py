@@ -22,7 +22,7 @@ from taskq.worker.retrying import Retrier
 from taskq.worker.time_limits import delivery_key
 
 if TYPE_CHECKING:
-    from taskq.broker.subscription import Delivery
+    from taskq.broker.delivery import Delivery
     from taskq.worker.deaths import DeathLedger
     from taskq.worker.time_limits import Slot
 

@@ -27,7 +27,7 @@ from taskq.worker.infra_faults import Hold
 
 if TYPE_CHECKING:
     from taskq.app import App
-    from taskq.broker.subscription import Delivery
+    from taskq.broker.delivery import Delivery
 
 logger = logging.getLogger(__name__)
 

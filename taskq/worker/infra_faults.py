@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from taskq.errors import BrokerError
 
 if TYPE_CHECKING:
-    from taskq.broker.subscription import Delivery
+    from taskq.broker.delivery import Delivery
 
 logger = logging.getLogger(__name__)
 

@@ -55,7 +55,8 @@ from taskq.worker.time_limits import delivery_key
 
 if TYPE_CHECKING:
     from taskq.app import App
-    from taskq.broker.subscription import Delivery, Subscription
+    from taskq.broker.delivery import Delivery
+    from taskq.broker.subscription import Subscription
     from taskq.worker.deaths import DeathLedger
     from taskq.worker.time_limits import Slot, SoftTimeLimit
 

@@ -43,6 +43,7 @@ from taskq.worker.process import (
     child_main,
 )
 from taskq.worker.relay_process import RelayProcess, ensure_table
+from taskq.worker.signals import kill_and_wait, send_signal, signal_name
 from taskq.worker.time_limits import Slot, SlotState, describe_key
 
 if TYPE_CHECKING:
@@ -60,9 +61,6 @@ DUPLICATE_SIGNAL_WINDOW_S = 1.0
 _WATCH_INTERVAL_S = 0.1
 # A process that dies sooner than this after starting is restarted only after this long.
 _MIN_LIFETIME_S = 1.0
-# Longest wait for a process SIGKILLed for its time limit to be gone (a process blocked in
-# the kernel dies when it gets back from it, and cannot touch its slot before).
-_KILL_WAIT_S = 1.0
 
 
 # A process that has not looked at its consumer for this long is unhealthy.
@@ -312,7 +310,7 @@ class Supervisor:
         for child in self._children:
             child.restart_at = 0.0
             if child.process is not None and child.process.pid is not None:
-                _send(child.process.pid, signal.SIGTERM)
+                send_signal(child.process.pid, signal.SIGTERM)
         if self._relay is not None:
             self._relay.terminate()
 
@@ -341,7 +339,7 @@ class Supervisor:
             return
         # Decided and sent under the slot's lock: the process cannot end this run (and queue
         # its ack) or start the next delivery's between the check and the SIGKILL.
-        killed = child.slot.kill_if_overdue(now, lambda state: _kill_and_wait(process))
+        killed = child.slot.kill_if_overdue(now, lambda state: kill_and_wait(process))
         if killed is None:
             return
         child.killed = killed
@@ -458,7 +456,7 @@ class Supervisor:
         for child in self._children:
             process = child.process
             if process is not None and process.exitcode is None and process.pid is not None:
-                _send(process.pid, signal.SIGKILL)
+                send_signal(process.pid, signal.SIGKILL)
                 killed = True
         for child in self._children:
             if child.process is not None:
@@ -466,37 +464,3 @@ class Supervisor:
         if self._relay is not None:
             self._relay.kill()
         return killed
-
-
-def signal_name(signum: int) -> str:
-    """``SIGKILL`` for 9, ``SIGRTMIN+3`` for a real-time signal, the number otherwise.
-
-    ``signal.Signals`` knows no real-time signal but the first and last: asking it for the
-    name of any signal a child died of would raise ``ValueError`` in the watch loop.
-    """
-    try:
-        return signal.Signals(signum).name
-    except ValueError:
-        pass
-    rt_min, rt_max = getattr(signal, "SIGRTMIN", 0), getattr(signal, "SIGRTMAX", -1)
-    if rt_min < signum <= rt_max:
-        return f"SIGRTMIN+{signum - rt_min}"
-    return str(signum)
-
-
-def _kill_and_wait(process: BaseProcess) -> None:
-    """SIGKILL ``process`` and wait (briefly) until it is gone.
-
-    Called holding the process's slot lock: until the kernel has ended the process, one of
-    its threads already on a CPU could otherwise still take the lock once it is released.
-    """
-    if process.pid is not None:
-        _send(process.pid, signal.SIGKILL)
-        multiprocessing.connection.wait([process.sentinel], timeout=_KILL_WAIT_S)
-
-
-def _send(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        pass  # exited meanwhile; the watch loop reaps it

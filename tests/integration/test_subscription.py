@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from taskq import App
-from taskq.broker.subscription import Delivery, Subscription
+from taskq.broker.delivery import Delivery
+from taskq.broker.subscription import Subscription
 from taskq.broker.topology import dlq_name
 from taskq.message import WireMessage
 from tests.support.waiting import wait_until

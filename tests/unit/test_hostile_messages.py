@@ -14,7 +14,7 @@ import pika.compat
 import pytest
 
 from taskq.broker._frames import content_frames
-from taskq.broker.subscription import Delivery
+from taskq.broker.delivery import Delivery
 from taskq.message import Envelope, WireMessage, decode, encode
 from taskq.worker import loop
 from tests.unit.test_loop import QUEUE, Recorder, _App, make_loop

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from taskq import App
-from taskq.broker.subscription import Delivery
+from taskq.broker.delivery import Delivery
 from taskq.errors import PublishError
 from taskq.message import Envelope, WireMessage, encode
 from taskq.worker import dead_letters, infra_faults

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from taskq.broker.subscription import Delivery
+from taskq.broker.delivery import Delivery
 from taskq.idempotency import IdempotencyStore
 from taskq.results import ResultState
 from taskq.worker.deaths import DeathLedger

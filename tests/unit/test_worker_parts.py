@@ -162,6 +162,6 @@ def test_the_consumer_timeout_warning_counts_the_deliveries_prefetched_ahead() -
      (63, "SIGRTMIN+29"), (64, "SIGRTMAX"), (99, "99")],
 )
 def test_every_signal_a_child_can_die_of_has_a_name(signum: int, name: str) -> None:
-    from taskq.worker.supervisor import signal_name
+    from taskq.worker.signals import signal_name
 
     assert signal_name(signum) == name
