@@ -24,6 +24,7 @@ import sqlalchemy as sa
 from tests.cluster import tasks
 from tests.cluster.harness import ClusterScenario
 from tests.conftest import postgres_schema, schema_url
+from tests.support.layers import record_line, skip_unless_enabled, write_summary
 from tests.support.rabbitmq_nodes import RabbitCluster
 
 _LINES_KEY = pytest.StashKey[list[str]]()
@@ -31,22 +32,16 @@ _ENABLED = os.environ.get("TASKQ_CLUSTER", "") == "1"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    markexpr = config.getoption("markexpr", "") or ""
-    if _ENABLED or ("cluster" in markexpr and "not cluster" not in markexpr):
-        return
-    skip = pytest.mark.skip(reason="cluster tests: run them with `make cluster` "
-                            "(or TASKQ_CLUSTER=1)")
-    for item in items:
-        if item.get_closest_marker("cluster") is not None:
-            item.add_marker(skip)
+    skip_unless_enabled(
+        config, items, marker="cluster", enabled=_ENABLED,
+        how="cluster tests: run them with `make cluster` (or TASKQ_CLUSTER=1)",
+    )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    lines = terminalreporter.config.stash.get(_LINES_KEY, [])
-    if lines:
-        terminalreporter.section("cluster scenarios: lost / unexpected / duplicate effects")
-        for line in lines:
-            terminalreporter.write_line(line)
+    write_summary(
+        terminalreporter, _LINES_KEY, "cluster scenarios: lost / unexpected / duplicate effects"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +82,7 @@ def scenario_factory(
     for scenario in made:
         scenario.close()
         if scenario.counts is not None:
-            request.config.stash.setdefault(_LINES_KEY, []).append(
-                scenario.counts.line(scenario.name)
-            )
+            record_line(request.config, _LINES_KEY, scenario.counts.line(scenario.name))
     for node in cluster.nodes:  # a failed test may have left a node down or cut off
         if not node.is_alive():
             node.start()

@@ -26,6 +26,7 @@ import pytest
 
 from tests.faults.harness import Scenario
 from tests.faults.services import PrivatePostgres, PrivateRabbit
+from tests.support.layers import record_line, skip_unless_enabled, write_summary
 
 _SEED = os.environ.get("TASKQ_FAULT_SEED", "")
 SCALE = float(os.environ.get("TASKQ_FAULT_SCALE", "") or 1.0)
@@ -48,21 +49,14 @@ def done_timeout_s(base_s: float) -> float:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    markexpr = config.getoption("markexpr", "") or ""
-    if _ENABLED or ("faults" in markexpr and "not faults" not in markexpr):
-        return
-    skip = pytest.mark.skip(reason="fault suite: run it with `make faults` (or TASKQ_FAULTS=1)")
-    for item in items:
-        if item.get_closest_marker("faults") is not None:
-            item.add_marker(skip)
+    skip_unless_enabled(
+        config, items, marker="faults", enabled=_ENABLED,
+        how="fault suite: run it with `make faults` (or TASKQ_FAULTS=1)",
+    )
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    lines = terminalreporter.config.stash.get(_LINES_KEY, [])
-    if lines:
-        terminalreporter.section("fault scenarios: counts, seed and schedule")
-        for line in lines:
-            terminalreporter.write_line(line)
+    write_summary(terminalreporter, _LINES_KEY, "fault scenarios: counts, seed and schedule")
 
 
 @pytest.fixture(scope="session")
@@ -117,4 +111,4 @@ def scenario_factory(
         scenario.close()
         if scenario.counts is not None:
             line = scenario.counts.line(scenario.name, scenario.schedule, scenario.notes)
-            request.config.stash.setdefault(_LINES_KEY, []).append(line)
+            record_line(request.config, _LINES_KEY, line)

@@ -16,12 +16,12 @@ import os
 import pwd
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from tests.support.rabbitmq_nodes import answers, free_port
 from tests.support.waiting import wait_until
 
 logger = logging.getLogger(__name__)
@@ -30,22 +30,6 @@ RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
 BOOT_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def answers(port: int) -> bool:
-    """Whether something accepts TCP connections on 127.0.0.1:``port``."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def _kill_pid(pid: int | None, signum: int = signal.SIGKILL) -> None:
