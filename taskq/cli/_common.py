@@ -1,0 +1,93 @@
+"""What every ``taskq`` command shares: the -A and -l options, loading the app, errors."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from typing import Any, NoReturn
+
+import click
+
+from taskq.broker.topology import validate_queue_name
+from taskq.errors import TaskqError
+from taskq.worker.process import load_app
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+APP_OPTION = click.option(
+    "-A", "--app", "app_path", required=True, metavar="MODULE:APP",
+    help="The taskq.App, e.g. myproject.tasks:app.",
+)
+LOGLEVEL_OPTION = click.option(
+    "-l", "--loglevel", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="INFO", show_default=True, help="Logging level.",
+)
+
+
+@contextlib.contextmanager
+def reported() -> Iterator[None]:
+    """Turn taskq errors into one ``Error: ...`` line and the error's exit code."""
+    try:
+        yield
+    except TaskqError as exc:
+        fail(str(exc), exc.exit_code)
+
+
+_UNITS_S = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+
+
+def parse_duration(text: str) -> float:
+    """Parse ``7d``, ``12h``, ``30m``, ``90s`` or a plain number of seconds.
+
+    Raises:
+        click.BadParameter: not a positive duration.
+    """
+    value = text.strip().lower()
+    unit = _UNITS_S.get(value[-1:]) if value else None
+    number = value[:-1] if unit else value
+    try:
+        seconds = float(number) * (unit or 1.0)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a duration like 7d, 12h, 30m or 90s") from None
+    if seconds <= 0:
+        raise click.BadParameter(f"{text!r} must be a positive duration")
+    return seconds
+
+
+def load(app_path: str) -> Any:
+    """Import the app named by -A (``module:attribute``), from the working directory too."""
+    import_from_cwd()
+    try:
+        return load_app(app_path)
+    except TaskqError as exc:
+        raise click.BadParameter(str(exc), param_hint="'-A' / '--app'") from None
+
+
+def fail(message: str, exit_code: int = 1) -> NoReturn:
+    click.echo(f"Error: {message}", err=True)
+    sys.exit(exit_code)
+
+
+def queue_names(app: Any, option: str | None) -> tuple[str, ...]:
+    if not option:
+        return tuple(app.queue_names())
+    names = tuple(dict.fromkeys(name.strip() for name in option.split(",") if name.strip()))
+    if not names:
+        raise click.BadParameter("give at least one queue name", param_hint="'-Q'")
+    for name in names:
+        validate_queue_name(name)
+    return names
+
+
+def import_from_cwd() -> None:
+    # Like `python -m`, let -A name modules of the directory the command runs in; the
+    # console script alone would not (its sys.path[0] is the script's directory).
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
+def without_none(**values: Any) -> dict[str, Any]:
+    return {name: value for name, value in values.items() if value is not None}

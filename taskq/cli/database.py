@@ -1,0 +1,57 @@
+"""``taskq db``: create and prune taskq's tables."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import click
+
+from taskq.cli._common import APP_OPTION, fail, load, parse_duration
+from taskq.settings import redact_url
+
+
+@click.group()
+def db() -> None:
+    """Manage taskq's tables (taskq_outbox, taskq_processed, taskq_results)."""
+
+
+@db.command("create")
+@APP_OPTION
+def db_create(app_path: str) -> None:
+    """Create taskq's tables in the app's database_url if they are missing.
+
+    Production databases are better served by a migration: add taskq.metadata to Alembic's
+    target_metadata.
+    """
+    app = load(app_path)
+    try:
+        app.create_tables()
+    except Exception as exc:  # SQLAlchemy errors name the database; the URL is redacted
+        fail(f"cannot create tables in {redact_url(app.settings.database_url)}: {exc}")
+    click.echo(f"taskq tables ready in {redact_url(app.settings.database_url)}")
+
+
+@db.command("prune")
+@APP_OPTION
+@click.option(
+    "--older-than", "older_than", metavar="AGE",
+    help="Delete idempotency keys older than AGE (e.g. 7d, 12h, 30m, 90s); "
+    "default: the processed_retention_s setting.",
+)
+@click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True)
+def db_prune(app_path: str, older_than: str | None, batch_size: int) -> None:
+    """Delete old idempotency keys (taskq_processed) and finished results (taskq_results)
+    in small batches, without long locks."""
+    from taskq.idempotency import IdempotencyStore
+
+    app = load(app_path)
+    age_s = parse_duration(older_than) if older_than else app.settings.processed_retention_s
+    try:
+        deleted = IdempotencyStore(app.engine).prune(
+            older_than=timedelta(seconds=age_s), batch_size=batch_size
+        )
+        results = app.results.prune(older_than=timedelta(seconds=age_s), batch_size=batch_size)
+    except Exception as exc:
+        fail(f"cannot prune keys in {redact_url(app.settings.database_url)}: {exc}")
+    click.echo(f"deleted {deleted} idempotency keys older than {timedelta(seconds=age_s)}")
+    click.echo(f"deleted {results} finished task results older than {timedelta(seconds=age_s)}")

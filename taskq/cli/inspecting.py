@@ -1,0 +1,78 @@
+"""``taskq status`` and ``taskq inspect``: what the queues, the outbox and a task hold."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from taskq.cli._common import APP_OPTION, fail, load, queue_names
+from taskq.errors import TaskqError
+
+
+@click.command()
+@APP_OPTION
+@click.option("-Q", "--queues", metavar="Q1,Q2", help="Queues to show (default: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+@click.option(
+    "--watch", type=click.FloatRange(min=0.5), metavar="SECONDS",
+    help="Print again every SECONDS until Ctrl-C.",
+)
+def status(app_path: str, queues: str | None, as_json: bool, watch: float | None) -> None:
+    """Show queues (ready, unacked, consumers, dead letters), parked and delayed messages,
+    the delay backend and the outbox backlog. Exits 1 when the broker or the database
+    cannot be read (the rest is still shown)."""
+    import json
+    import time
+
+    from taskq.status import collect, render
+
+    app = load(app_path)
+    names = list(queue_names(app, queues)) if queues else None
+    while True:
+        report = collect(app, names)
+        if as_json:
+            click.echo(json.dumps(report.to_dict(), sort_keys=True))
+        else:
+            click.echo(render(report))
+        if watch is None:
+            break
+        time.sleep(watch)
+        click.echo()
+    app.close()
+    if report.broker_error or report.outbox.error:
+        sys.exit(1)
+
+
+@click.command()
+@APP_OPTION
+@click.argument("task_id")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+def inspect(app_path: str, task_id: str, as_json: bool) -> None:
+    """Show the stored state, result or error of TASK_ID (tasks with store_result=True)."""
+    import json
+
+    app = load(app_path)
+    try:
+        record = app.results.get(task_id)
+    except TaskqError as exc:
+        fail(str(exc).splitlines()[0])
+    finally:
+        app.close()
+    if record is None:
+        if as_json:
+            click.echo(json.dumps({"task_id": task_id, "state": "PENDING"}))
+        else:
+            click.echo(f"{task_id}: PENDING (no stored state: not started yet, unknown, or "
+                       "its task does not store results)")
+        return
+    data = record.to_dict()
+    if as_json:
+        click.echo(json.dumps(data, sort_keys=True))
+        return
+    for key in ("task_id", "task", "state", "attempts", "result", "error", "created_at",
+                "started_at", "finished_at"):
+        if data[key] is not None:
+            click.echo(f"{key + ':':<12} {data[key]}")
+    if record.traceback:
+        click.echo("traceback:\n" + record.traceback.rstrip())

@@ -1,0 +1,142 @@
+"""``taskq worker`` and ``taskq relay``: the long-running commands."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from typing import Any
+
+import click
+
+from taskq.cli._common import (
+    APP_OPTION,
+    LOG_LEVELS,
+    LOGLEVEL_OPTION,
+    import_from_cwd,
+    load,
+    queue_names,
+    without_none,
+)
+from taskq.errors import TaskqError
+from taskq.worker.process import configure_logging, load_app
+from taskq.worker.supervisor import Monitoring, Supervisor
+
+
+@click.command()
+@click.option(
+    "-A", "--app", "app_path", required=True, metavar="MODULE:APP",
+    help="The taskq.App to run, e.g. myproject.tasks:app.",
+)
+@click.option(
+    "-Q", "--queues", metavar="Q1,Q2",
+    help="Comma-separated queues to consume (default: every queue the app knows).",
+)
+@click.option(
+    "-c", "--concurrency", "processes", type=click.IntRange(min=0),
+    help="Worker processes (setting worker_processes; 0 = one per CPU).",
+)
+@click.option(
+    "--prefetch", type=click.IntRange(min=1),
+    help="Unacked messages per process and queue (setting prefetch_count).",
+)
+@click.option(
+    "--max-tasks-per-child", type=click.IntRange(min=0),
+    help="Replace a process after this many tasks; 0 = never.",
+)
+@click.option(
+    "--shutdown-timeout", type=click.FloatRange(min=0),
+    help="Seconds running tasks get to finish after SIGTERM (setting shutdown_timeout_s).",
+)
+@click.option(
+    "--relay/--no-relay", default=True, show_default=True,
+    help="Also run the outbox relay, supervised, beside the worker processes.",
+)
+@click.option(
+    "--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",
+    help="Serve Prometheus metrics on /metrics and a health probe on /healthz.",
+)
+@click.option(
+    "--health-file", type=click.Path(dir_okay=False), metavar="PATH",
+    help="Touch PATH about every second while every worker process is consuming.",
+)
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True,
+    help="json: one JSON object per line with task_id, task, queue, attempt, duration_s.",
+)
+@click.option(
+    "-l", "--loglevel", type=click.Choice(LOG_LEVELS, case_sensitive=False),
+    default="INFO", show_default=True, help="Logging level.",
+)
+def worker(
+    app_path: str,
+    queues: str | None,
+    processes: int | None,
+    prefetch: int | None,
+    max_tasks_per_child: int | None,
+    shutdown_timeout: float | None,
+    relay: bool,
+    metrics_port: int | None,
+    health_file: str | None,
+    log_format: str,
+    loglevel: str,
+) -> None:
+    """Run tasks: a supervisor and N worker processes consuming the app's queues.
+
+    SIGTERM or Ctrl-C stops warmly (running tasks finish and are acked); a second one
+    ends the running tasks, whose messages return to their queue.
+    """
+    configure_logging(loglevel, log_format)
+    import_from_cwd()
+    overrides = without_none(
+        worker_processes=processes,
+        prefetch_count=prefetch,
+        max_tasks_per_child=max_tasks_per_child,
+        shutdown_timeout_s=shutdown_timeout,
+    )
+    try:
+        app = load_app(app_path)
+    except TaskqError as exc:
+        raise click.BadParameter(str(exc), param_hint="'-A' / '--app'") from None
+    try:
+        app.configure(**overrides)
+        supervisor = Supervisor(
+            app,
+            app_path=app_path,
+            queues=queue_names(app, queues),
+            overrides=overrides,
+            loglevel=loglevel.upper(),
+            relay=relay,
+            monitoring=Monitoring(metrics_port=metrics_port, health_file=health_file),
+            log_format=log_format,
+        )
+        code = supervisor.run()
+    except TaskqError as exc:
+        click.echo(f"Error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    sys.exit(code)
+
+
+@click.command()
+@APP_OPTION
+@LOGLEVEL_OPTION
+def relay(app_path: str, loglevel: str) -> None:
+    """Run the outbox relay alone: publish committed outbox rows until SIGTERM or Ctrl-C.
+
+    Several relays may run at once on PostgreSQL (rows are claimed with SKIP LOCKED);
+    on SQLite run one.
+    """
+    from taskq.worker.relay_process import run_relay
+
+    configure_logging(loglevel)
+    app = load(app_path)
+    stop = False
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal stop
+        if stop:
+            raise KeyboardInterrupt
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    sys.exit(run_relay(app, lambda: stop))
