@@ -300,7 +300,7 @@ class RawPika(Contender):
 
 
 class Taskq(Contender):
-    """``taskq worker -c 2`` and the app's publisher; confirms always on."""
+    """``taskq worker -c 2`` (or ``processes``) and the app's publisher; confirms always on."""
 
     system = "taskq"
     fast_api = "Task.starmap / Task.map (windowed confirms, 512)"
@@ -308,9 +308,10 @@ class Taskq(Contender):
 
     def __init__(
         self, *, idempotent: bool = False, relay: bool = False, label: str = "",
-        each: bool = False,
+        each: bool = False, processes: int = 2,
     ) -> None:
         self.idempotent = idempotent
+        self.processes = self.consumers = processes
         self.relay = relay
         self.each = each  # e2e with delay() instead of starmap
         self.name = label or "taskq"
@@ -349,7 +350,7 @@ class Taskq(Contender):
     def start(self, m: Measurement, kind: str) -> Worker:
         command = [
             sys.executable, "-m", "taskq", "worker", "-A", "benchmarks._apps.taskq_app:app",
-            "-c", "2", "--loglevel", "WARNING",
+            "-c", str(self.processes), "--loglevel", "WARNING",
         ]
         if not self.relay:
             command.insert(-2, "--no-relay")

@@ -1,0 +1,91 @@
+"""What /proc and the broker tell about processes: RSS, CPU seconds, the broker's PID and memory.
+
+Everything here reads; nothing signals or reconfigures. The broker is asked through
+``rabbitmqctl eval`` (read-only Erlang calls) when that works on this machine, else its
+figures are reported as unavailable.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+_PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident set size of ``pid`` in MiB, ``None`` once it is gone."""
+    try:
+        pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * _PAGE_BYTES / 2**20
+
+
+def cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds ``pid`` has used so far, ``None`` once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
+
+
+def children(pid: int) -> list[int]:
+    """Direct children of ``pid`` (from /proc/<pid>/task/*/children)."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            found.extend(int(p) for p in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return found
+
+
+def tree(pid: int) -> list[int]:
+    """``pid`` and all its descendants."""
+    pids, frontier = [pid], [pid]
+    while frontier:
+        frontier = [child for parent in frontier for child in children(parent)]
+        pids.extend(frontier)
+    return pids
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds of ``pid`` and its living descendants (exited ones are counted by the
+    kernel in their parent's cutime only once reaped, so measure before stopping)."""
+    return sum(cpu_s(p) or 0.0 for p in tree(pid))
+
+
+@dataclass(frozen=True)
+class Broker:
+    """The shared RabbitMQ node, as far as this machine lets us read it."""
+
+    pid: int | None
+
+    @classmethod
+    def find(cls) -> Broker:
+        text = _ctl_eval("list_to_integer(os:getpid()).")
+        return cls(int(text) if text and text.isdigit() else None)
+
+    def cpu_s(self) -> float | None:
+        return None if self.pid is None else cpu_s(self.pid)
+
+    def memory_mb(self) -> float | None:
+        """``erlang:memory(total)`` of the node in MiB."""
+        text = _ctl_eval("erlang:memory(total).")
+        return int(text) / 2**20 if text and text.isdigit() else None
+
+
+def _ctl_eval(expression: str) -> str | None:
+    try:
+        done = subprocess.run(
+            ["rabbitmqctl", "-q", "eval", expression], capture_output=True, text=True,
+            timeout=30, check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
