@@ -1,4 +1,4 @@
-"""Results of benchmarks.compare: collection, targets of issue 6, JSON, PNG chart, Markdown."""
+"""Results of benchmarks.compare: collection, targets of issue 19, JSON, PNG chart, Markdown."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = (
     "taskq", "pika", "msgpack", "SQLAlchemy", "psycopg", "click", "celery", "kombu", "amqp",
-    "billiard", "dramatiq", "matplotlib",
+    "billiard", "dramatiq", "taskiq", "taskiq-aio-pika", "aio-pika", "matplotlib",
 )
 TITLES = {
     "enqueue_fast": "Enqueue, fastest API (no workers)",
@@ -29,7 +29,8 @@ TITLES = {
     "idempotency": "taskq end-to-end, idempotency table on/off",
     "latency": "Enqueue-to-start latency at a steady light load (ms)",
 }
-COLOURS = {"raw pika": "#7f7f7f", "taskq": "#1f77b4", "celery": "#2ca02c", "dramatiq": "#d62728"}
+COLOURS = {"raw pika": "#7f7f7f", "taskq": "#1f77b4", "celery": "#2ca02c", "dramatiq": "#d62728",
+           "taskiq": "#9467bd"}
 
 
 @dataclass
@@ -45,6 +46,8 @@ class Figure:
     unit: str = "tasks/s"
     p99_runs: list[float] = field(default_factory=list)  # latency only: runs[] are p50s
     rate: float | None = None
+    #: CPU µs per task of each round: {"producer", "workers", "broker"} (end-to-end only).
+    cpu_runs: list[dict[str, float | None]] = field(default_factory=list)
 
     @property
     def median(self) -> float:
@@ -60,7 +63,18 @@ class Figure:
                         **_stats("p99", self.p99_runs))
         else:
             data.update(_stats("", self.runs))
+        if self.cpu_runs:
+            data["cpu_us_per_task"] = self.cpu_medians()
+            data["cpu_runs"] = self.cpu_runs
         return data
+
+    def cpu_medians(self) -> dict[str, float | None]:
+        """Median CPU µs per task of each side over the rounds (None where not readable)."""
+        out: dict[str, float | None] = {}
+        for side in ("producer", "workers", "broker"):
+            values = [v for run in self.cpu_runs if (v := run.get(side)) is not None]
+            out[side] = statistics.median(values) if values else None
+        return out
 
 
 def _stats(prefix: str, runs: list[float]) -> dict[str, Any]:
@@ -87,12 +101,15 @@ class Results:
     _last: str = ""
 
     def add(self, scenario: str, contender: Any, value: float, tasks: int, *,
-            api: str = "", label: str | None = None) -> None:
+            api: str = "", label: str | None = None,
+            cpu: dict[str, float | None] | None = None) -> None:
         label = label or contender.name
         figure = self.figures.setdefault(
             (scenario, label), Figure(scenario, label, contender.system, api, tasks)
         )
         figure.runs.append(value)
+        if cpu is not None:
+            figure.cpu_runs.append(cpu)
         self._last = f"{scenario}: {value:,.0f} tasks/s"
 
     def add_latency(self, contender: Any, values_ms: list[float], tasks: int,
@@ -150,7 +167,7 @@ class Results:
         return max(candidates, key=lambda item: item[1]) if candidates else None
 
     def targets(self) -> list[dict[str, Any]]:
-        """Issue 6's targets, judged on the medians of this run."""
+        """Issue 19's targets (issue 6 set the first ones), judged on the medians of this run."""
         out: list[dict[str, Any]] = []
 
         def ratio(name: str, ours: float | None, theirs: float | None, against: str,
@@ -163,16 +180,19 @@ class Results:
                         f"{theirs:,.0f} {against})", "ratio": round(value, 3),
                         "met": value >= at_least})
 
-        for scenario, what in (("drain_noop", "drain"), ("e2e_noop", "end-to-end")):
+        for scenario, what, raw_share in (("drain_noop", "drain", 0.85),
+                                          ("e2e_noop", "end-to-end", 0.90)):
             ours = self.median(scenario, "taskq")
-            dramatiq = self.best(scenario, "dramatiq")
-            ratio(f"taskq {what} >= 60% of raw pika", ours,
-                  self.median(scenario, "raw pika"), "raw pika", 0.6)
-            ratio(f"taskq {what} >= 3x Celery (default config)", ours,
-                  self.median(scenario, "celery (confirms off)"), "Celery", 3.0)
-            ratio(f"taskq {what} >= 1.5x Dramatiq (best config)", ours,
-                  dramatiq[1] if dramatiq else None,
-                  f"{dramatiq[0] if dramatiq else 'Dramatiq'}", 1.5)
+            peer = max((b for b in (self.best(scenario, "dramatiq"),
+                                    self.best(scenario, "taskiq")) if b),
+                       key=lambda item: item[1], default=None)
+            ratio(f"taskq {what} >= {raw_share:.0%} of raw pika", ours,
+                  self.median(scenario, "raw pika"), "raw pika", raw_share)
+            ratio(f"taskq {what} >= 4x Celery (default config)", ours,
+                  self.median(scenario, "celery (confirms off)"), "Celery", 4.0)
+            ratio(f"taskq {what} >= 2x the best of Dramatiq and taskiq", ours,
+                  peer[1] if peer else None, peer[0] if peer else "Dramatiq/taskiq", 2.0)
+        self._cpu_target(out)
         ratio("delay() >= 90% of raw pika one-confirm publish", self.median(
             "enqueue_each", "taskq"), self.median("enqueue_each", "raw pika"), "raw pika", 0.9)
         ratio("bulk enqueue (Task.starmap) >= 70% of raw pika windowed",
@@ -195,6 +215,19 @@ class Results:
             out.append({"target": "latency p99 < 50 ms", "measured": f"{p99:.2f} ms",
                         "met": p99 < 50})
         return out
+
+    def _cpu_target(self, out: list[dict[str, Any]]) -> None:
+        ours, raw = (self.figures.get(("e2e_noop", label)) for label in ("taskq", "raw pika"))
+        if not (ours and raw and ours.cpu_runs and raw.cpu_runs):
+            out.append({"target": "taskq CPU per task (worker + producer) <= 1.3x raw pika",
+                        "measured": "not measured", "met": None})
+            return
+        a, b = ours.cpu_medians(), raw.cpu_medians()
+        mine = (a["workers"] or 0.0) + (a["producer"] or 0.0)
+        theirs = (b["workers"] or 0.0) + (b["producer"] or 0.0)
+        out.append({"target": "taskq CPU per task (worker + producer) <= 1.3x raw pika",
+                    "measured": f"{mine / theirs:.2f}x ({mine:.0f} vs {theirs:.0f} µs)",
+                    "ratio": round(mine / theirs, 3), "met": mine / theirs <= 1.3})
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -221,6 +254,13 @@ class Results:
                     runs = ", ".join(f"{v:,.0f}" for v in f.runs)
                 lines.append(f"| {scenario} | {f.label} | {f.api} | {f.tasks:,} | {median} "
                              f"| {runs} |")
+        lines += ["", "| end-to-end contender | CPU µs/task: producer | workers | broker |",
+                  "|---|---:|---:|---:|"]
+        for f in (f for (s, _), f in self.figures.items() if s == "e2e_noop" and f.cpu_runs):
+            cpu = f.cpu_medians()
+            cells = " | ".join("n/a" if cpu[k] is None else f"{cpu[k]:.0f}"
+                               for k in ("producer", "workers", "broker"))
+            lines.append(f"| {f.label} | {cells} |")
         lines += ["", "| target | measured | met |", "|---|---|---|"]
         for t in self.targets():
             met = {True: "met", False: "**missed**", None: "n/a"}[t["met"]]

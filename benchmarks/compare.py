@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from benchmarks import _probe
+from benchmarks._contender_taskiq import TaskiqContender
 from benchmarks._contenders import (
     Admin,
     CeleryContender,
@@ -53,6 +54,7 @@ from benchmarks._contenders import (
     Taskq,
     Worker,
 )
+from benchmarks._proc import Broker, CpuMeter
 from benchmarks._report import Results, chart, load, write_outputs
 
 POSTGRES_URL = "postgresql+psycopg://root@127.0.0.1:5432/test"
@@ -105,6 +107,7 @@ class Harness:
         self.postgres_url = postgres_url
         self.schema: str | None = None
         self.database_url: str | None = None
+        self.broker = Broker.find()
 
     # -- PostgreSQL --------------------------------------------------------------------------
 
@@ -263,11 +266,14 @@ def e2e(h: Harness, r: Results, c: Contender, scenario: str = "e2e_noop",
     if n is None:
         n = h.config.confirmed_e2e_tasks if confirmed_each else h.config.noop_tasks
     with h.measurement(c, database=database) as m, h.workers(c, m, "noop") as worker:
+        cpu = CpuMeter(h.broker, worker.process.pid)
         started = time.time()
         c.publish_fast("noop", n)
+        cpu.producer_done()
         totals = h.wait_done(m, n, worker)
+        per_task = cpu.per_task_us(n)  # before the workers stop: their CPU is read live
     api = c.each_api if isinstance(c, Taskq) and c.each else c.fast_api
-    r.add(scenario, c, n / (totals.last_end - started), n, api=api)
+    r.add(scenario, c, n / (totals.last_end - started), n, api=api, cpu=per_task)
 
 
 def outbox(h: Harness, r: Results, c: Taskq, rows_per_txn: int) -> None:
@@ -321,17 +327,18 @@ def build_plans(idempotency_available: bool) -> list[Plan]:
     dq1, dq8 = (DramatiqContender(threads=t, confirm=False) for t in (1, None))
     dq1c, dq8c = (DramatiqContender(threads=t, confirm=True) for t in (1, None))
     taskq_delay = Taskq(each=True, label="taskq (delay(), one confirm each)")
+    tiq, tiq_best = TaskiqContender(best=False), TaskiqContender(best=True)
     plans = [
-        Plan("enqueue_each", [raw, taskq, celery_c, dq1c], enqueue_each),
-        Plan("drain_noop", [raw, taskq, celery, dq1, dq8],
+        Plan("enqueue_each", [raw, taskq, celery_c, dq1c, tiq], enqueue_each),
+        Plan("drain_noop", [raw, taskq, celery, dq1, dq8, tiq, tiq_best],
              lambda h, r, c: drain(h, r, c, "noop")),
-        Plan("e2e_noop", [raw, taskq, taskq_delay, celery, celery_c, dq1, dq8, dq1c, dq8c],
-             e2e),
+        Plan("e2e_noop", [raw, taskq, taskq_delay, celery, celery_c, dq1, dq8, dq1c, dq8c,
+                          tiq, tiq_best], e2e),
         Plan("drain_sleep", [raw, taskq, celery, dq1, dq8],
              lambda h, r, c: drain(h, r, c, "sleep")),
         Plan("outbox", [Taskq(relay=True, label="taskq outbox")], lambda h, r, c: (
             outbox(h, r, c, h.config.outbox_rows_per_txn), outbox(h, r, c, 1))),
-        Plan("latency", [raw, taskq, celery, dq8], latency),
+        Plan("latency", [raw, taskq, celery, dq8, tiq_best], latency),
     ]
     if idempotency_available:
         idem_on = Taskq(idempotent=True, label="taskq idempotent=True (PostgreSQL)")

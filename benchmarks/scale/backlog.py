@@ -17,8 +17,8 @@ from typing import Any
 
 from benchmarks import _probe
 from benchmarks._contenders import Contender
+from benchmarks._proc import rss_mb
 from benchmarks.compare import Harness
-from benchmarks.scale._proc import rss_mb
 
 FILL_CHUNK = 50_000
 

@@ -14,8 +14,8 @@ import time
 import uuid
 from typing import Any
 
+from benchmarks._proc import Broker
 from benchmarks.delays import _cleanup, _consume
-from benchmarks.scale._proc import Broker
 from benchmarks.scale.keys import percentiles
 from taskq import App
 from taskq.delay.backend import DelayedMessage

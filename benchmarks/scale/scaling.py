@@ -12,8 +12,8 @@ import time
 from typing import Any
 
 from benchmarks._contenders import Measurement, Taskq, Worker
+from benchmarks._proc import CpuMeter, tree_cpu_s
 from benchmarks.compare import Harness
-from benchmarks.scale._proc import Broker, tree_cpu_s
 
 
 class Supervisors:
@@ -50,26 +50,20 @@ class ScaledTaskq(Taskq):
 
 def run_point(h: Harness, processes: int, supervisors: int, n: int) -> dict[str, Any]:
     c = ScaledTaskq(processes, supervisors)
-    broker = Broker.find()
     with h.measurement(c) as m, h.workers(c, m, "noop") as workers:
-        broker_before, workers_before = broker.cpu_s(), workers.cpu_s()
-        started, producer_before = time.time(), time.process_time()
+        meters = [CpuMeter(h.broker, w.process.pid) for w in workers.workers]
+        started = time.time()
         c.publish_fast("noop", n)
-        producer_s = time.process_time() - producer_before
+        for meter in meters:
+            meter.producer_done()
         totals = h.wait_done(m, n, workers)
-        workers_s = workers.cpu_s() - workers_before
-        broker_after = broker.cpu_s()
-    broker_s = None if broker_before is None or broker_after is None else (
-        broker_after - broker_before)
+        readings = [meter.per_task_us(n) for meter in meters]
     elapsed = totals.last_end - started
+    cpu = {**readings[0], "workers": sum(r["workers"] or 0.0 for r in readings)}
     return {
         "processes": processes, "supervisors": supervisors, "tasks": n, "rate": n / elapsed,
-        "cpu_us_per_task": {
-            "producer": producer_s / n * 1e6, "workers": workers_s / n * 1e6,
-            "broker": None if broker_s is None else broker_s / n * 1e6,
-        },
-        "cpu_share_of_elapsed": {
-            "workers": workers_s / elapsed,
-            "broker": None if broker_s is None else broker_s / elapsed,
-        },
+        "cpu_us_per_task": cpu,
+        # CPU seconds per second of the run: 1.0 is one whole core of the two
+        "cores_busy": {side: None if v is None else v * n / 1e6 / elapsed
+                       for side, v in cpu.items()},
     }

@@ -89,3 +89,35 @@ def _ctl_eval(expression: str) -> str | None:
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+class CpuMeter:
+    """CPU seconds of one measurement: this process (the producer), a worker tree, the broker.
+
+    Start it just before enqueueing; call :meth:`producer_done` when the producer returns and
+    :meth:`per_task_us` before the workers stop.
+    """
+
+    def __init__(self, broker: Broker, worker_pid: int) -> None:
+        import time
+
+        self._time = time
+        self.broker, self.worker_pid = broker, worker_pid
+        self.broker_at = broker.cpu_s()
+        self.workers_at = tree_cpu_s(worker_pid)
+        self.producer_at = time.process_time()
+        self.producer_s: float | None = None
+
+    def producer_done(self) -> None:
+        self.producer_s = self._time.process_time() - self.producer_at
+
+    def per_task_us(self, tasks: int) -> dict[str, float | None]:
+        broker_now = self.broker.cpu_s()
+        broker_s = (None if broker_now is None or self.broker_at is None
+                    else broker_now - self.broker_at)
+        workers_s = tree_cpu_s(self.worker_pid) - self.workers_at
+
+        def us(seconds: float | None) -> float | None:
+            return None if seconds is None else seconds / tasks * 1e6
+
+        return {"producer": us(self.producer_s), "workers": us(workers_s), "broker": us(broker_s)}
