@@ -38,6 +38,8 @@ OUTBOX_LIMIT = 100
 
 def shorten(value: Any, limit: int = VALUE_MAX_CHARS) -> str:
     """``repr(value)`` (a ``str`` as itself), cut to ``limit`` characters."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = int(value)  # pika reads AMQP longs as an int subclass whose repr ends in L
     text = value if isinstance(value, str) else repr(value)
     if len(text) <= limit:
         return text

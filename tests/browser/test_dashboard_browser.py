@@ -39,6 +39,7 @@ def test_overview_shows_the_depths_the_broker_reports_and_keeps_them_live(
 ) -> None:
     # Given 3 ready messages and 2 dead letters in the test's queue, and no worker
     queue = app.settings.default_queue
+    app.create_tables()
     declare_topology(app)
     for tag in ("a", "b", "c"):
         send(app, tasks_dashboard.record, runs, tag)
