@@ -22,6 +22,7 @@ from tests.browser.conftest import (
     screenshot,
     worker_with_dashboard,
 )
+from tests.support.rabbitmq_nodes import free_port
 from tests.support.waiting import wait_until
 from tests.system.workers import count_runs, declare_topology, send
 
@@ -72,7 +73,7 @@ def test_a_dead_letter_is_found_replayed_with_a_click_and_then_runs(
     # (its argument holds a script)
     app.create_tables()
     flag = str(tmp_path / "fixed.flag")
-    worker, base = worker_with_dashboard(start_worker)
+    worker, base = worker_with_dashboard(start_worker, "--metrics-port", str(free_port()))
     result = send(app, tasks_dashboard.broken_until_fixed, runs, flag, SCRIPT)
     wait_until(lambda: dlq_depth(broker, app) == 1, timeout_s=30, message=worker.log)
     assert count_runs(runs) == 1
@@ -111,6 +112,12 @@ def test_a_dead_letter_is_found_replayed_with_a_click_and_then_runs(
     page.page.goto(f"{base}/tasks/{result.id}")
     assert page.page.inner_text("#state") == "SUCCESS"
     assert page.dialogs == []
+
+    # And with the worker's metrics on, the acked rate is counted from them (two runs)
+    def finished_per_s() -> Any:
+        rates = page.page.request.get(f"{base}/api/overview").json()["rates"]["queues"]
+        return rates[app.settings.default_queue]["finished_per_s"] is not None
+    wait_until(finished_per_s, timeout_s=15, interval_s=1.1)
 
 
 def _form_csrf(page: Any, base: str) -> str:
