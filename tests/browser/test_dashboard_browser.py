@@ -57,6 +57,12 @@ def test_overview_shows_the_depths_the_broker_reports_and_keeps_them_live(
     assert _cell(page.page, queue, "consumers") == "0"
     screenshot(page.page, "dashboard-overview")
 
+    # And its queue page says the same
+    page.page.click(f"#queues a:has-text('{queue}')")
+    assert page.page.inner_text("#queue [data-field=ready]") == "3"
+    assert "tests.tasks_dashboard.record" in page.page.inner_text("main")
+    page.page.go_back()
+
     # And a new message shows up without reloading (the page polls /api/overview)
     send(app, tasks_dashboard.record, runs, "d")
     wait_until(lambda: broker.depth(queue) == 4)
@@ -99,6 +105,13 @@ def test_a_dead_letter_is_found_replayed_with_a_click_and_then_runs(
     assert "taskq-error-type" in page.page.inner_text("#headers")
     assert page.dialogs == []
     screenshot(page.page, "dashboard-message")
+
+    # And the task page shows the stored failure with its traceback
+    message_url = page.page.url
+    page.page.click("text=task page")
+    assert page.page.inner_text("#state") == "FAILURE"
+    assert "ValueError: the flag file" in page.page.inner_text(".traceback")
+    page.page.goto(message_url)
 
     # When the cause is fixed and the operator clicks Replay
     Path(flag).touch()
@@ -156,6 +169,32 @@ def test_without_the_token_a_replay_is_refused_with_403(
                                         headers={"Origin": "http://evil.example"})
     assert (no_csrf.status, cross_site.status) == (403, 403)
     assert dlq_depth(broker, app) == 1
+
+
+def test_a_filtered_selection_is_replayed_and_the_rest_stays(
+    app: App, broker: Any, page: Page, start_dashboard: Any
+) -> None:
+    # Given dead letters of two tasks and an operator logged in
+    park_dead_letters(app, [("f1", "t.x", [1]), ("f2", "t.y", [2]), ("f3", "t.x", [3])])
+    wait_until(lambda: dlq_depth(broker, app) == 3)
+    base = start_dashboard()
+    login(page.page, base)
+    queue = app.settings.default_queue
+
+    # When the list is filtered to t.x and that selection is replayed
+    page.page.goto(f"{base}/queues/{queue}/dead-letters/")
+    page.page.select_option("select[name=task]", "t.x")
+    page.page.click("button:has-text('Filter')")
+    assert page.page.locator("#dead-letters tr[data-id]").count() == 2
+    page.page.click("button:has-text('Replay every t.x')")
+
+    # Then the two t.x messages went back to the queue and the t.y one stayed parked
+    assert "replayed 2 of 3" in page.page.inner_text(".flash")
+    wait_until(lambda: broker.depth(queue) == 2)
+    assert dlq_depth(broker, app) == 1
+    ids = page.page.locator("#dead-letters tr[data-id]").evaluate_all(
+        "rows => rows.map(r => r.dataset.id)")
+    assert ids == ["f2"]
 
 
 def test_a_purge_needs_its_confirmation(

@@ -155,3 +155,53 @@ def test_responses_forbid_inline_script_and_framing(app: App) -> None:
     response = create_app(app).test_client().get("/login")
     assert "script-src 'self'" in response.headers["Content-Security-Policy"]
     assert response.headers["X-Frame-Options"] == "DENY"
+
+
+def _outbox_rows(app: App) -> None:
+    """Two rows through the store's own SQL; the second one's publish failed once."""
+    from datetime import timedelta
+
+    from taskq.db import utcnow
+    from taskq.outbox.store import OutboxRow, OutboxStore
+
+    store = OutboxStore()
+    rows = [OutboxRow(id=f"o{n}", queue=app.settings.default_queue, task="shop.mail",
+                      body=b"\x92\x90\x80", headers={}, priority=0, eta=None,
+                      idempotency_key=None, created_at=store.created_at()) for n in (1, 2)]
+    with app.engine.begin() as conn:
+        for row in rows:
+            store.add(conn, row)
+        store.defer(conn, rows[1], next_attempt_at=utcnow() + timedelta(minutes=5),
+                    error="<b>PublishError</b>: the broker nacked it")
+
+
+def test_outbox_page_lists_waiting_and_failing_rows_with_their_error(app: App) -> None:
+    _outbox_rows(app)
+    client = create_app(app).test_client()
+
+    api = client.get("/api/outbox").get_json()
+    page = client.get("/outbox").get_data(as_text=True)
+
+    assert (api["rows"], api["failing_rows"]) == (2, 1)
+    assert [r["id"] for r in api["waiting"]] == ["o1", "o2"]
+    assert [(r["id"], r["attempts"]) for r in api["failing"]] == [("o2", 1)]
+    assert api["failing"][0]["last_error"] == "<b>PublishError</b>: the broker nacked it"
+    failing = page[page.index('id="failing"'):page.index('id="waiting"')]
+    assert "<code>o2</code>" in failing and "<code>o1</code>" not in failing
+    assert "&lt;b&gt;PublishError&lt;/b&gt;: the broker nacked it" in failing
+    assert "<b>PublishError" not in page
+
+
+def test_queue_page_and_api_show_the_queue(app: App, broker: Any) -> None:
+    queue = app.settings.default_queue
+    _publish(app, ready=2, dead=1)
+    wait_until(lambda: broker.depth(queue) == 2)
+    client = create_app(app).test_client()
+
+    api = client.get(f"/api/queues/{queue}").get_json()
+    page = client.get(f"/queues/{queue}").get_data(as_text=True)
+
+    assert (api["queue"]["ready"], api["queue"]["dead_letters"]) == (2, 1)
+    assert api["rates"]["published_per_s"] is None and api["rate_notes"]
+    assert '<td class="n" data-field="ready">2</td>' in page
+    assert client.get("/queues/not-a-queue-of-this-app").status_code == 404
