@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from taskq import dlq
 from taskq.broker.parked import ParkedQueue
 from taskq.db import as_aware, utcnow
-from taskq.errors import DecodeError, OutboxError
+from taskq.errors import BrokerConnectionError, BrokerError, DecodeError, OutboxError
 from taskq.message import TRACEBACK, decode
 from taskq.schema import outbox_table
 from taskq.status import collect
@@ -87,15 +87,39 @@ class Source:
 
 def dead_letters(app: App, source: Source, *, task: str | None = None,
                  limit: int = LIST_LIMIT) -> dict[str, Any]:
-    """Up to ``limit`` parked messages (optionally of one task), oldest first."""
-    infos = dlq.list_parked(app, source.queue, unroutable=source.unroutable,
-                            limit=FIND_LIMIT if task else limit)
+    """Up to ``limit`` parked messages (optionally of one task), oldest first.
+
+    A parking queue that is not declared yet (no worker started on its queue) holds
+    nothing: ``missing`` says so instead of an error.
+
+    Raises:
+        BrokerConnectionError: the broker cannot be reached.
+    """
+    listing: dict[str, Any] = {"queue": source.label, "task": task, "missing": None}
+    try:
+        with ParkedQueue(app.settings, dlq.source_queue(
+                app, source.queue, unroutable=source.unroutable)) as lot:
+            infos = _describe_all(lot, source, FIND_LIMIT if task else limit)
+            depth = lot.depth
+    except BrokerConnectionError:
+        raise
+    except BrokerError as exc:  # ParkedQueue's only other error: the queue does not exist
+        return {**listing, "depth": 0, "messages": [], "tasks": [], "missing": str(exc)}
     rows = [info.as_dict() for info in infos if not task or info.task == task][:limit]
     for row in rows:
         row["error"] = shorten(row["error"]) if row["error"] else row["error"]
-    depth = dlq.depth(app, source.queue, unroutable=source.unroutable)
-    return {"queue": source.label, "depth": depth, "task": task, "messages": rows,
+    return {**listing, "depth": depth, "messages": rows,
             "tasks": sorted({info.task for info in infos if info.task})}
+
+
+def _describe_all(lot: ParkedQueue, source: Source, limit: int) -> list[dlq.ParkedInfo]:
+    infos, now_s = [], time.time()
+    for _ in range(min(lot.depth, limit)):
+        parked = lot.get()
+        if parked is None:
+            break
+        infos.append(dlq.describe(parked, source.queue, now_s=now_s))
+    return infos
 
 
 def dead_letter(app: App, source: Source, task_id: str) -> dict[str, Any] | None:

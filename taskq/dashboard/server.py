@@ -36,13 +36,14 @@ def check_binding(host: str, token: str | None) -> None:
         ConfigurationError: ``host`` is not a loopback address and ``token`` is empty.
     """
     if token is not None and not token.strip():
-        raise ConfigurationError(f"the dashboard token is empty: give a real one with --token "
-                                 f"or {ENV_TOKEN}")
+        raise ConfigurationError(f"the dashboard token is empty: set {ENV_TOKEN} (or "
+                                 "--token / --dashboard-token) to a real one")
     if not is_loopback(host) and not token:
         raise ConfigurationError(
             f"refusing to serve the dashboard on {host}, which is not a loopback address, "
-            f"without a token: give --token or {ENV_TOKEN} (everyone who can reach {host} "
-            "could read task arguments and replay or purge dead letters), or bind 127.0.0.1"
+            f"without a token: set {ENV_TOKEN} (or --token for taskq dashboard, "
+            f"--dashboard-token for taskq worker), or bind 127.0.0.1; everyone who can reach "
+            f"{host} could read task arguments and replay or purge dead letters"
         )
 
 
@@ -88,10 +89,11 @@ class DashboardServer:
         try:
             self._server = make_server(self.host, self.port, web, threaded=True,
                                        request_handler=_QuietHandler)
-        except (OSError, SystemExit) as exc:  # werkzeug exits on a port in use
+        except (OSError, SystemExit) as exc:  # werkzeug exits (1) when the port is in use
+            why = "the address is in use" if isinstance(exc, SystemExit) else str(exc)
             raise ConfigurationError(f"cannot serve the dashboard on {self.host}:{self.port}: "
-                                     f"{exc or 'address in use'}; pick another --port or "
-                                     "--dashboard-port") from None
+                                     f"{why}; pick another --port (taskq dashboard) or "
+                                     "--dashboard-port (taskq worker)") from None
         self.port = self._server.server_port
         mode = "read-only" if self._read_only else (
             "replay and purge with the token" if self._token else "no token: read only")

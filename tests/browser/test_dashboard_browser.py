@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -249,19 +248,27 @@ def test_read_only_mode_has_no_action_buttons(
     assert page.page.goto(f"{base}/queues/{queue}/dead-letters/purge").status == 403
 
     # And the API refuses a replay even with the token
-    request = urllib.request.Request(
-        f"{base}/api/queues/{queue}/dead-letters/replay", data=b'{"all": true}',
+    refused = page.page.request.post(
+        f"{base}/api/queues/{queue}/dead-letters/replay", data='{"all": true}',
         headers={"Content-Type": "application/json", "Authorization": f"Bearer {TOKEN}"})
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(request, timeout=10)
-    assert refused.value.code == 403
+    assert refused.status == 403
+    assert "read-only" in refused.json()["error"]
     assert dlq_depth(broker, app) == 1
 
 
-def test_unknown_queue_is_404_and_unique_ids_stay_apart(
+def test_an_unknown_queue_is_404_and_an_undeclared_parking_queue_is_empty(
     app: App, page: Page, start_dashboard: Any
 ) -> None:
+    # Given a dashboard without a token, before any worker declared the app's queues
     base = start_dashboard(token=None)
+
+    # Then a queue the app does not know is a 404 naming the ones it knows
     response = page.page.goto(f"{base}/queues/no-such-{uuid.uuid4().hex[:6]}")
     assert response.status == 404
-    assert "unknown queue" in page.page.inner_text("main")
+    assert f"this app knows {app.settings.default_queue}" in page.page.inner_text("main")
+
+    # And the unroutable queue, not declared yet, is shown empty with the reason
+    response = page.page.goto(f"{base}/unroutable/")
+    assert response.status == 200
+    assert "not declared yet" in page.page.inner_text("#missing")
+    assert "no token" in page.page.inner_text("main")

@@ -131,7 +131,7 @@ def test_a_non_loopback_host_without_a_token_is_refused(app: App) -> None:
         cwd=ROOT, env=_env(app), capture_output=True, text=True, timeout=60)
     assert done.returncode != 0
     assert "refusing to serve the dashboard on 0.0.0.0" in done.stderr
-    assert "--token or TASKQ_DASHBOARD_TOKEN" in done.stderr
+    assert "set TASKQ_DASHBOARD_TOKEN (or --token for taskq dashboard" in done.stderr
 
 
 def test_without_flask_the_command_says_how_to_install_it(app: App) -> None:
