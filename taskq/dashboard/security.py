@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import hmac
 import ipaddress
+import logging
 import secrets
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from flask import abort, request, session
 
+logger = logging.getLogger(__name__)
 ENV_TOKEN = "TASKQ_DASHBOARD_TOKEN"
 CSRF_FIELD = "csrf_token"
 
@@ -78,6 +80,7 @@ class Guard:
     def login(self, given: str | None) -> bool:
         """Check ``given`` against the token; on success mark the session logged in."""
         if not self.token_matches(given):
+            _log_refusal("wrong token at login")
             return False
         session.clear()
         session["auth"] = True
@@ -94,9 +97,8 @@ class Guard:
     def check_api_action(self) -> None:
         """Abort with 403 unless this API call carries the token."""
         self.check_enabled()
-        header = request.headers.get("Authorization", "")
-        given = header[len("Bearer "):] if header.startswith("Bearer ") else None
-        if not self.token_matches(given):
+        if not self.token_matches(_bearer()):
+            _log_refusal("API action without the right bearer token")
             abort(403, "replay and purge need the dashboard token: send it as "
                        "'Authorization: Bearer TOKEN'")
 
@@ -112,6 +114,11 @@ class Guard:
         reason = self.actions_disabled_reason
         if reason:
             abort(403, reason)
+
+
+def _log_refusal(what: str) -> None:
+    logger.warning("dashboard: %s from %s (%s %s) refused", what, request.remote_addr,
+                   request.method, request.path)
 
 
 def _bearer() -> str | None:

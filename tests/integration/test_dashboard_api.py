@@ -205,3 +205,49 @@ def test_queue_page_and_api_show_the_queue(app: App, broker: Any) -> None:
     assert api["rates"]["published_per_s"] is None and api["rate_notes"]
     assert '<td class="n" data-field="ready">2</td>' in page
     assert client.get("/queues/not-a-queue-of-this-app").status_code == 404
+
+
+def test_unroutable_messages_are_listed_and_replayed_once_their_queue_exists(
+    app: App, broker: Any
+) -> None:
+    # Given a message published before its queue existed: parked in ns.unroutable
+    from taskq.broker.connection import declare, open_connection
+
+    queue = app.settings.default_queue
+    connection = open_connection(app.settings, client_name="taskq tests")
+    try:
+        declare(connection.channel(), app.topology.base())
+    finally:
+        connection.close()
+    with pika.BlockingConnection(pika.URLParameters(BROKER_URL)) as raw:
+        wire = encode(Envelope(task_id="u1", task="t.x", args=["<i>x</i>"]))
+        raw.channel().basic_publish(app.topology.exchange, queue, wire.body, pika.BasicProperties(
+            message_id="u1", headers=wire.headers, delivery_mode=2))
+    unroutable = topo.unroutable_name(app.settings.namespace)
+    wait_until(lambda: broker.depth(unroutable) == 1)
+    client = create_app(app, token="tok").test_client()
+    auth = {"Authorization": "Bearer tok"}
+
+    # Then it is listed with the queue a replay sends it to
+    listing = client.get("/api/unroutable").get_json()
+    assert [(m["task_id"], m["destination"]) for m in listing["messages"]] == [("u1", queue)]
+    assert client.get("/api/unroutable/m/u1").get_json()["args"] == ["<i>x</i>"]
+
+    # While its queue does not exist, a replay leaves it parked and says why
+    first = client.post("/api/unroutable/replay", json={"all": True}, headers=auth).get_json()
+    assert (first["replayed"], first["unroutable"]) == (0, 1)
+    assert broker.depth(unroutable) == 1
+
+    # Once the queue exists, the replay moves it there
+    declare_topology(app)
+    second = client.post("/api/unroutable/replay", json={"ids": ["u1"]}, headers=auth)
+    assert second.get_json()["replayed"] == 1
+    wait_until(lambda: broker.depth(queue) == 1)
+    assert broker.depth(unroutable) == 0
+
+    # And a purge needs the confirmation in its body
+    wrong = client.post("/api/unroutable/purge", json={"confirm": "yes"}, headers=auth)
+    assert wrong.status_code == 400 and "unroutable (parked)" in wrong.get_json()["error"]
+    right = client.post("/api/unroutable/purge", json={"confirm": "unroutable (parked)"},
+                        headers=auth)
+    assert right.get_json() == {"purged": 0}
