@@ -130,6 +130,25 @@ def start_dashboard(app: App, tmp_path: Path) -> Iterator[Callable[..., str]]:  
             process.wait(10)
 
 
+@pytest.fixture
+def serve_dashboard(app: App) -> Iterator[Callable[..., str]]:  # noqa: F811
+    """Factory: the same server as ``taskq dashboard``, on a thread of the test process
+    (saves starting an interpreter; the command itself is driven by ``start_dashboard``)."""
+    from taskq.dashboard.server import DashboardServer
+
+    servers: list[DashboardServer] = []
+
+    def serve(*, token: str | None = TOKEN, read_only: bool = False) -> str:
+        server = DashboardServer(app, port=0, token=token, read_only=read_only)
+        servers.append(server)
+        server.start()
+        return f"http://127.0.0.1:{server.port}"
+
+    yield serve
+    for server in servers:
+        server.stop()
+
+
 def worker_with_dashboard(start: Callable[..., Worker], *args: str) -> tuple[Worker, str]:
     """Start ``taskq worker --dashboard-port`` (token from the environment); return it and
     the dashboard's base URL."""

@@ -138,12 +138,12 @@ def _form_csrf(page: Any, base: str) -> str:
 
 
 def test_without_the_token_a_replay_is_refused_with_403(
-    app: App, broker: Any, page: Page, start_dashboard: Any
+    app: App, broker: Any, page: Page, serve_dashboard: Any
 ) -> None:
     # Given a dead letter and a dashboard with a token, and a browser that has not logged in
     park_dead_letters(app, [("n1", "t.x", [1])])
     wait_until(lambda: dlq_depth(broker, app) == 1)
-    base = start_dashboard()
+    base = serve_dashboard()
     replay_url = f"{base}/queues/{app.settings.default_queue}/dead-letters/replay"
     csrf = _form_csrf(page.page, base)
 
@@ -171,12 +171,12 @@ def test_without_the_token_a_replay_is_refused_with_403(
 
 
 def test_a_filtered_selection_is_replayed_and_the_rest_stays(
-    app: App, broker: Any, page: Page, start_dashboard: Any
+    app: App, broker: Any, page: Page, serve_dashboard: Any
 ) -> None:
     # Given dead letters of two tasks and an operator logged in
     park_dead_letters(app, [("f1", "t.x", [1]), ("f2", "t.y", [2]), ("f3", "t.x", [3])])
     wait_until(lambda: dlq_depth(broker, app) == 3)
-    base = start_dashboard()
+    base = serve_dashboard()
     login(page.page, base)
     queue = app.settings.default_queue
 
@@ -197,12 +197,12 @@ def test_a_filtered_selection_is_replayed_and_the_rest_stays(
 
 
 def test_a_purge_needs_its_confirmation(
-    app: App, broker: Any, page: Page, start_dashboard: Any
+    app: App, broker: Any, page: Page, serve_dashboard: Any
 ) -> None:
     # Given two dead letters and an operator logged in
     park_dead_letters(app, [("p1", "t.x", [1]), ("p2", "t.y", [2])])
     wait_until(lambda: dlq_depth(broker, app) == 2)
-    base = start_dashboard()
+    base = serve_dashboard()
     login(page.page, base)
     label = topo.dlq_name(app.settings.default_queue)
 
@@ -226,12 +226,12 @@ def test_a_purge_needs_its_confirmation(
 
 
 def test_read_only_mode_has_no_action_buttons(
-    app: App, broker: Any, page: Page, start_dashboard: Any
+    app: App, broker: Any, page: Page, serve_dashboard: Any
 ) -> None:
     # Given a read-only dashboard (with a token, logged in) and a parked message
     park_dead_letters(app, [("r1", "t.x", [1])])
     wait_until(lambda: dlq_depth(broker, app) == 1)
-    base = start_dashboard("--read-only")
+    base = serve_dashboard(read_only=True)
     login(page.page, base)
     queue = app.settings.default_queue
 
@@ -257,10 +257,10 @@ def test_read_only_mode_has_no_action_buttons(
 
 
 def test_an_unknown_queue_is_404_and_an_undeclared_parking_queue_is_empty(
-    app: App, page: Page, start_dashboard: Any
+    app: App, page: Page, serve_dashboard: Any
 ) -> None:
     # Given a dashboard without a token, before any worker declared the app's queues
-    base = start_dashboard(token=None)
+    base = serve_dashboard(token=None)
 
     # Then a queue the app does not know is a 404 naming the ones it knows
     response = page.page.goto(f"{base}/queues/no-such-{uuid.uuid4().hex[:6]}")
