@@ -132,6 +132,14 @@ def outbox_page() -> ResponseReturnValue:
     return render_template("outbox.html", outbox=data.outbox(dashboard().app))
 
 
+def local_path(target: str) -> str | None:
+    """``target`` when it is a path of this site, else ``None`` (never an open redirect:
+    browsers read ``//host`` and ``/\\host`` as another site)."""
+    if not target.startswith("/") or target[1:2] in ("/", "\\") or set(target) & {"\r", "\n"}:
+        return None
+    return target
+
+
 @blueprint.get("/login")
 def login_form() -> ResponseReturnValue:
     return render_template("login.html", next=request.args.get("next", ""))
@@ -144,10 +152,7 @@ def login() -> ResponseReturnValue:
     check_csrf()
     if not dashboard().guard.login(request.form.get("token")):
         abort(403, "wrong dashboard token")
-    target = request.form.get("next", "")
-    # Only a path of this site: never an open redirect.
-    return redirect(target if target.startswith("/") and not target.startswith("//")
-                    else url_for("pages.overview"))
+    return redirect(local_path(request.form.get("next", "")) or url_for("pages.overview"))
 
 
 @blueprint.post("/logout")

@@ -51,7 +51,6 @@ def create_app(
         SESSION_COOKIE_NAME="taskq_dashboard",
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Strict",
-        JSON_SORT_KEYS=True,
     )
     finished = worker_finished_counts if processes is not None else None
     web.extensions[EXTENSION] = Dashboard(app, Guard(token, read_only, reads_need_login),

@@ -130,3 +130,18 @@ def test_other_hosts_need_a_token(host: str) -> None:
 def test_an_empty_token_is_refused() -> None:
     with pytest.raises(ConfigurationError, match="token is empty"):
         check_binding("127.0.0.1", "  ")
+
+
+@pytest.mark.parametrize("target", ["https://evil.example/", "//evil.example/", "/\\evil.example",
+                                    "evil", "/ok\r\nSet-Cookie: x=1", ""])
+def test_login_never_redirects_off_site(target: str) -> None:
+    from taskq.dashboard.pages import local_path
+
+    assert local_path(target) is None
+
+
+def test_login_redirects_to_a_path_of_the_site() -> None:
+    from taskq.dashboard.pages import local_path
+
+    path = "/queues/emails/dead-letters/?task=t"
+    assert local_path(path) == path
