@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import uuid
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,17 @@ def test_a_dead_letter_is_found_replayed_with_a_click_and_then_runs(
         rates = page.page.request.get(f"{base}/api/overview").json()["rates"]["queues"]
         return rates[app.settings.default_queue]["finished_per_s"] is not None
     wait_until(finished_per_s, timeout_s=15, interval_s=1.1)
+
+    # And when a worker process dies, the overview counts the restart (live)
+    from playwright.sync_api import expect
+
+    page.page.goto(base + "/")
+    assert page.page.inner_text("[data-live='workers.restarts']") == "0"
+    (victim,) = worker.children()
+    os.kill(victim, signal.SIGKILL)
+    expect(page.page.locator("[data-live='workers.restarts']")).to_have_text("1",
+                                                                           timeout=15_000)
+    expect(page.page.locator("[data-live='workers.alive']")).to_have_text("1", timeout=15_000)
 
 
 def _form_csrf(page: Any, base: str) -> str:
