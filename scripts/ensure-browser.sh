@@ -10,6 +10,11 @@ chromium="${TASKQ_TEST_CHROMIUM:-/usr/bin/chromium}"
 if [ -x "$chromium" ]; then
     exit 0
 fi
+if [ "$chromium" != /usr/bin/chromium ]; then
+    echo "ensure-browser: TASKQ_TEST_CHROMIUM=$chromium is not an executable;" \
+        "the browser tests will skip" >&2
+    exit 0
+fi
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then
     echo "ensure-browser: no Chromium at $chromium and not root with apt-get;" \
         "the browser tests will skip (install it with: sudo apt-get install -y chromium)" >&2
