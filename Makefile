@@ -17,7 +17,7 @@ DJANGO6_STAMP := $(DJANGO6_VENV)/.installed
 DJANGO_TESTS := tests/contrib/test_django.py tests/contrib/test_django_tasks.py
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: venv venv-django6 services test faults cluster demo lint
+.PHONY: venv venv-django6 services browser test faults cluster demo lint
 
 venv: $(STAMP)
 
@@ -33,7 +33,7 @@ $(STAMP): setup.cfg setup.py
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; \
 		$(PYTHON) -m venv $(VENV); \
 	fi
-	$(VENV_PYTHON) -m pip install $(PIP_QUIET) -e '.[dev,postgres,flask,django,django-tasks]' \
+	$(VENV_PYTHON) -m pip install $(PIP_QUIET) -e '.[dev,postgres,flask,dashboard,django,django-tasks]' \
 		'Django>=4.2,<5'
 	@touch $@
 
@@ -58,7 +58,11 @@ $(DJANGO6_STAMP): setup.cfg setup.py scripts/find-python.sh
 services:
 	bash scripts/ensure-services.sh rabbitmq postgres
 
-test: venv venv-django6 services
+# Chromium for the dashboard's browser tests (Playwright comes with the dev extra).
+browser:
+	bash scripts/ensure-browser.sh
+
+test: venv venv-django6 services browser
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 	$(DJANGO6_VENV)/bin/pytest -q $(DJANGO_TESTS)
 

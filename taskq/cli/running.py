@@ -17,6 +17,7 @@ from taskq.cli._common import (
     queue_names,
     without_none,
 )
+from taskq.cli.dashboard import ENV_TOKEN, dashboard_server
 from taskq.errors import TaskqError
 from taskq.worker.process import configure_logging, load_app
 from taskq.worker.supervisor import Monitoring, Supervisor
@@ -56,6 +57,18 @@ from taskq.worker.supervisor import Monitoring, Supervisor
     help="Serve Prometheus metrics on /metrics and a health probe on /healthz.",
 )
 @click.option(
+    "--dashboard-port", type=click.IntRange(0, 65535), metavar="PORT",
+    help="Serve the dashboard from the supervisor on 127.0.0.1:PORT (taskq[dashboard]).",
+)
+@click.option(
+    "--dashboard-host", default="127.0.0.1", show_default=True, metavar="HOST",
+    help="Interface of the dashboard; anything but loopback needs --dashboard-token.",
+)
+@click.option(
+    "--dashboard-token", envvar=ENV_TOKEN, metavar="TOKEN",
+    help=f"The dashboard's token for replay and purge (env {ENV_TOKEN}).",
+)
+@click.option(
     "--health-file", type=click.Path(dir_okay=False), metavar="PATH",
     help="Touch PATH about every second while every worker process is consuming.",
 )
@@ -76,6 +89,9 @@ def worker(
     shutdown_timeout: float | None,
     relay: bool,
     metrics_port: int | None,
+    dashboard_port: int | None,
+    dashboard_host: str,
+    dashboard_token: str | None,
     health_file: str | None,
     log_format: str,
     loglevel: str,
@@ -106,7 +122,10 @@ def worker(
             overrides=overrides,
             loglevel=loglevel.upper(),
             relay=relay,
-            monitoring=Monitoring(metrics_port=metrics_port, health_file=health_file),
+            monitoring=Monitoring(
+                metrics_port=metrics_port, health_file=health_file,
+                sidecars=_dashboard(app, dashboard_port, dashboard_host, dashboard_token),
+            ),
             log_format=log_format,
         )
         code = supervisor.run()
@@ -114,6 +133,12 @@ def worker(
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
     sys.exit(code)
+
+
+def _dashboard(app: Any, port: int | None, host: str, token: str | None) -> tuple[Any, ...]:
+    if port is None:
+        return ()
+    return (dashboard_server(app, host=host, port=port, token=token),)
 
 
 @click.command()

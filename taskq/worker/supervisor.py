@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
     from taskq.app import App
+    from taskq.worker.sidecars import Sidecar
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +77,12 @@ class Monitoring:
     Args:
         metrics_port: Serve Prometheus ``/metrics`` and ``/healthz`` on this port.
         health_file: Touch this file about every second while healthy.
+        sidecars: Servers run on threads of the supervisor (the dashboard).
     """
 
     metrics_port: int | None = None
     health_file: str | None = None
+    sidecars: tuple[Sidecar, ...] = ()
 
 
 @dataclass
@@ -176,6 +179,8 @@ class Supervisor:
                 _Child(index, Slot(self._context)) for index in range(1, self.process_count + 1)
             ]
             self._start_metrics()
+            for sidecar in self._monitoring.sidecars:
+                sidecar.start(self)
             for child in self._children:
                 self._start(child)
             if self._relay is not None:
@@ -184,6 +189,8 @@ class Supervisor:
         finally:
             self._kill_all()
             self._stop_metrics()
+            for sidecar in self._monitoring.sidecars:
+                sidecar.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
             ledger.remove()
@@ -382,6 +389,11 @@ class Supervisor:
             child.process is not None and child.slot.is_healthy(now, HEALTH_STALE_S)
             for child in self._children
         )
+
+    @property
+    def restarts(self) -> int:
+        """Worker processes replaced after dying since :meth:`run` began."""
+        return self._restarts
 
     def alive(self) -> int:
         """How many worker processes run now."""

@@ -24,7 +24,7 @@ LAYERS = {
         "status",
         "eager",
     },
-    4: {"cli", "testing", "contrib", "__main__", "__init__"},
+    4: {"cli", "testing", "contrib", "dashboard", "__main__", "__init__"},
 }
 
 

@@ -1,0 +1,166 @@
+"""The HTML pages: overview, queue, dead letters (replay, purge), task, outbox, login."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
+
+from taskq import dlq
+from taskq.dashboard import data
+from taskq.dashboard.context import dashboard
+from taskq.dashboard.data import Source
+
+if TYPE_CHECKING:
+    from flask.typing import ResponseReturnValue
+
+blueprint = Blueprint("pages", __name__)
+
+
+def known_source(queue: str | None) -> Source:
+    """The parking queue of ``queue`` (``None``: unroutable); 404 for a queue the app does
+    not know."""
+    if queue is not None and queue not in dashboard().app.queue_names():
+        abort(404, f"unknown queue {queue!r}: this app knows "
+                   f"{', '.join(dashboard().app.queue_names())}")
+    return Source(queue)
+
+
+def parked_url(source: Source, view: str, **values: Any) -> str:
+    """URL of a dead-letter ``view`` (list, message, replay, purge) of ``source``."""
+    if source.queue is None:
+        return url_for(f"pages.unroutable_{view}", **values)
+    return url_for(f"pages.dlq_{view}", queue=source.queue, **values)
+
+
+@blueprint.app_context_processor
+def _helpers() -> dict[str, object]:
+    return {"parked_url": parked_url}
+
+
+@blueprint.get("/")
+def overview() -> ResponseReturnValue:
+    return render_template("overview.html", view=dashboard().overview())
+
+
+@blueprint.get("/queues/<queue>")
+def queue_page(queue: str) -> ResponseReturnValue:
+    known_source(queue)
+    view = dashboard().overview()
+    row = next((q for q in view["status"].get("queues", []) if q["name"] == queue), None)
+    tasks = sorted(t.name for t in dashboard().app.registry if t.queue == queue)
+    return render_template("queue.html", view=view, queue=queue, row=row, tasks=tasks,
+                           rates=view["rates"]["queues"].get(queue, {}))
+
+
+def _list(queue: str | None) -> ResponseReturnValue:
+    source = known_source(queue)
+    task = request.args.get("task") or None
+    listing = data.dead_letters(dashboard().app, source, task=task)
+    return render_template("dead_letters.html", source=source, listing=listing)
+
+
+def _message(queue: str | None, task_id: str) -> ResponseReturnValue:
+    source = known_source(queue)
+    message = data.dead_letter(dashboard().app, source, task_id)
+    if message is None:
+        abort(404, f"no message {task_id!r} in {source.label} (replayed or purged already?)")
+    return render_template("message.html", source=source, message=message)
+
+
+def _replay(queue: str | None) -> ResponseReturnValue:
+    source = known_source(queue)
+    dashboard().guard.check_form_action()
+    ids = [i for i in request.form.getlist("id") if i]
+    tasks = [t for t in request.form.getlist("task") if t]
+    if not ids and not tasks and request.form.get("all") != "yes":
+        abort(400, "choose what to replay: a message, a task, or all")
+    report = dlq.replay(dashboard().app, source.queue, unroutable=source.unroutable,
+                        ids=ids, tasks=tasks)
+    flash(f"replayed {report.replayed} of {report.examined} messages looked at from "
+          f"{source.label} ({report.skipped} not selected, {report.unroutable} still "
+          f"without a queue)")
+    return redirect(parked_url(source, "list"))
+
+
+def _purge_form(queue: str | None) -> ResponseReturnValue:
+    source = known_source(queue)
+    dashboard().guard.check_enabled()
+    depth = dlq.depth(dashboard().app, source.queue, unroutable=source.unroutable)
+    return render_template("purge.html", source=source, depth=depth)
+
+
+def _purge(queue: str | None) -> ResponseReturnValue:
+    source = known_source(queue)
+    dashboard().guard.check_form_action()
+    if request.form.get("confirm", "").strip() != source.label:
+        flash(f"not purged: type {source.label} to confirm")
+        return redirect(parked_url(source, "purge"))
+    count = dlq.purge(dashboard().app, source.queue, unroutable=source.unroutable)
+    flash(f"purged {count} messages from {source.label}")
+    return redirect(parked_url(source, "list"))
+
+
+for _prefix, _kind, _defaults in (("/queues/<queue>/dead-letters", "dlq", {}),
+                                  ("/unroutable", "unroutable", {"queue": None})):
+    blueprint.add_url_rule(f"{_prefix}/", f"{_kind}_list", _list, defaults=_defaults)
+    blueprint.add_url_rule(f"{_prefix}/m/<task_id>", f"{_kind}_message", _message,
+                           defaults=_defaults)
+    blueprint.add_url_rule(f"{_prefix}/replay", f"{_kind}_replay", _replay,
+                           defaults=_defaults, methods=["POST"])
+    blueprint.add_url_rule(f"{_prefix}/purge", f"{_kind}_purge", _purge_form,
+                           defaults=_defaults)
+    blueprint.add_url_rule(f"{_prefix}/purge", f"{_kind}_purge_post", _purge,
+                           defaults=_defaults, methods=["POST"])
+
+
+@blueprint.get("/tasks")
+def task_search() -> ResponseReturnValue:
+    task_id = request.args.get("id", "").strip()
+    if not task_id:
+        abort(400, "give a task id")
+    return redirect(url_for("pages.task_page", task_id=task_id))
+
+
+@blueprint.get("/tasks/<task_id>")
+def task_page(task_id: str) -> ResponseReturnValue:
+    return render_template("task.html", task=data.task(dashboard().app, task_id))
+
+
+@blueprint.get("/outbox")
+def outbox_page() -> ResponseReturnValue:
+    return render_template("outbox.html", outbox=data.outbox(dashboard().app))
+
+
+def local_path(target: str) -> str | None:
+    """``target`` when it is a path of this site, else ``None`` (never an open redirect:
+    browsers read ``//host`` and ``/\\host`` as another site)."""
+    if not target.startswith("/") or target[1:2] in ("/", "\\") or set(target) & {"\r", "\n"}:
+        return None
+    return target
+
+
+@blueprint.get("/login")
+def login_form() -> ResponseReturnValue:
+    return render_template("login.html", next=request.args.get("next", ""))
+
+
+@blueprint.post("/login")
+def login() -> ResponseReturnValue:
+    from taskq.dashboard.security import check_csrf
+
+    check_csrf()
+    if not dashboard().guard.login(request.form.get("token")):
+        abort(403, "wrong dashboard token")
+    return redirect(local_path(request.form.get("next", "")) or url_for("pages.overview"))
+
+
+@blueprint.post("/logout")
+def logout() -> ResponseReturnValue:
+    from flask import session
+
+    from taskq.dashboard.security import check_csrf
+
+    check_csrf()
+    session.clear()
+    return redirect(url_for("pages.overview"))
