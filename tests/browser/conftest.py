@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -187,9 +188,17 @@ def login(page: Any, base: str, token: str = TOKEN) -> None:
 
 
 def screenshot(page: Any, name: str) -> None:
-    """Save the page for docs/dashboard.md (docs/images/NAME.png)."""
-    IMAGES.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(IMAGES / f"{name}.png"), full_page=True)
+    """Take the page's screenshot for docs/dashboard.md.
+
+    ``make screenshots`` (``TASKQ_SCREENSHOTS=1``) writes it to docs/images/NAME.png; other
+    runs write it under the temporary directory, so a test run leaves the tree clean.
+    """
+    if os.environ.get("TASKQ_SCREENSHOTS") == "1":
+        directory = IMAGES
+    else:
+        directory = Path(tempfile.gettempdir()) / "taskq-screenshots"
+    directory.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(directory / f"{name}.png"), full_page=True)
 
 
 def dlq_depth(broker: Any, app: App) -> int:  # noqa: F811
