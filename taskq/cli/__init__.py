@@ -11,6 +11,7 @@ from __future__ import annotations
 import click
 
 from taskq.cli._common import parse_duration
+from taskq.cli.beat import beat
 from taskq.cli.database import db
 from taskq.cli.dead_letters import dlq
 from taskq.cli.inspecting import inspect, status
@@ -25,5 +26,5 @@ def main() -> None:
     """taskq: a task queue on RabbitMQ where nothing is silently lost."""
 
 
-for _command in (worker, relay, status, inspect, db, dlq):
+for _command in (worker, relay, beat, status, inspect, db, dlq):
     main.add_command(_command)

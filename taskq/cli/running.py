@@ -52,6 +52,10 @@ from taskq.worker.supervisor import Monitoring, Supervisor
     help="Also run the outbox relay, supervised, beside the worker processes.",
 )
 @click.option(
+    "--beat", is_flag=True,
+    help="Also run the scheduler of periodic tasks, supervised (see `taskq beat`).",
+)
+@click.option(
     "--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",
     help="Serve Prometheus metrics on /metrics and a health probe on /healthz.",
 )
@@ -75,6 +79,7 @@ def worker(
     max_tasks_per_child: int | None,
     shutdown_timeout: float | None,
     relay: bool,
+    beat: bool,
     metrics_port: int | None,
     health_file: str | None,
     log_format: str,
@@ -108,6 +113,7 @@ def worker(
             relay=relay,
             monitoring=Monitoring(metrics_port=metrics_port, health_file=health_file),
             log_format=log_format,
+            beat=beat,
         )
         code = supervisor.run()
     except TaskqError as exc:
