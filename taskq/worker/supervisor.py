@@ -33,7 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 from taskq.broker.connection import declare, open_connection
 from taskq.errors import ConfigurationError
-from taskq.schedules.beat_process import BeatProcess
 from taskq.settings import redact_url
 from taskq.worker.consumer_timeout import consumer_timeout_warnings
 from taskq.worker.deaths import DeathLedger
@@ -138,7 +137,7 @@ class Supervisor:
         )
         self._children: list[_Child] = []
         self._relay = RelayProcess(self._context, self._spec) if relay else None
-        self._beat = BeatProcess(self._context, self._spec) if beat else None
+        self._beat = _beat_process(self._context, self._spec) if beat else None
         self._monitoring = monitoring or Monitoring()
         self._metrics_server: Any = None
         self._metrics_dir: str | None = None
@@ -478,3 +477,11 @@ class Supervisor:
         if self._beat is not None:
             self._beat.kill()
         return killed
+
+
+def _beat_process(context: Any, spec: ChildSpec) -> Any:
+    # Imported here: taskq.schedules.beat_process imports taskq.worker.process, whose package
+    # (taskq.worker) imports this module.
+    from taskq.schedules.beat_process import BeatProcess
+
+    return BeatProcess(context, spec)
