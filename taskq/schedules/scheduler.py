@@ -297,13 +297,14 @@ def _missed_text(
     outcome = {
         "once": "one run stands for them",
         "skip": "they are skipped",
-        "all": "each runs" if not dropped else f"each runs but the {dropped or 'oldest'} "
-        "oldest (beat_max_catchup_runs)",
+        "all": "each runs" if not dropped else
+        f"the newest run, {dropped if dropped is not None else 'older ones'} dropped "
+        "(beat_max_catchup_runs)",
     }[definition.missed]
     return (
         f"schedule {definition.name} (task {definition.task.name}, queue "
         f"{definition.target_queue}): {count} ticks missed since {iso_utc(row.next_run_at)} "
-        f"while no scheduler ran; missed={definition.missed!r}: {outcome}"
+        f"while no scheduler fired them; missed={definition.missed!r}: {outcome}"
     )
 
 

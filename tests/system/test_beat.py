@@ -238,6 +238,7 @@ def _outbox_ticks(app: App) -> list[tuple[str, datetime, datetime]]:
         return found
 
 
+@pytest.mark.slow
 def test_a_second_beat_on_sqlite_exits_with_an_error_naming_the_holder(
     make_app: Callable[..., App], start_taskq, database_file_url: str, tmp_path: Path
 ) -> None:

@@ -265,3 +265,11 @@ def test_each_tick_has_its_own_idempotency_key_and_task_id(app: App) -> None:
     assert first.idempotency_key == "taskq-schedule:hourly-report@2026-12-01T12:00:00Z"
     assert first.task_id == again.task_id != second.task_id
     assert first.args == ["sales"] and first.headers["taskq-schedule"] == "hourly-report"
+
+
+def test_framework_commands_fill_in_the_app_for_beat() -> None:
+    from taskq.contrib._cli import with_app
+
+    assert with_app(["beat"], "proj:app") == ["beat", "-A", "proj:app"]
+    assert with_app(["beat", "list"], "proj:app") == ["beat", "list", "-A", "proj:app"]
+    assert with_app(["worker", "--beat"], "proj:app") == ["worker", "-A", "proj:app", "--beat"]
