@@ -25,6 +25,8 @@ MISSED_POLICIES = ("once", "skip", "all")
 _MICROSECOND = timedelta(microseconds=1)
 # Ticks enumerated in one pass, at most.
 _BATCH = 512
+# Look-back windows tried, at most, to find the newest missed ticks.
+_MAX_WINDOWS = 64
 
 
 @dataclass(frozen=True)
@@ -96,19 +98,25 @@ def _newest_ticks(
     """The newest ``keep`` (or more) ticks in ``[first, until]`` and their count if known.
 
     Few ticks: all of them, counted. Many: look back from ``until`` over a window sized by
-    the density of the first batch, doubling it until it holds ``keep`` ticks.
+    the density of the first batch, doubled while it holds fewer than ``keep`` ticks and
+    halved while it holds more than one pass enumerates.
     """
     batch, truncated = _ticks(schedule, first, until, max(_BATCH, keep + 1))
     if not truncated:
         return batch, len(batch)
     lookback = (batch[-1] - batch[0]) * (keep + 1) / len(batch) + _MICROSECOND
-    while True:
+    tail: list[datetime] = []
+    for _ in range(_MAX_WINDOWS):
         begin = until - lookback
-        if begin <= batch[-1]:
-            start = schedule.next_after(batch[-1])
+        if begin <= batch[-1]:  # the window reaches back over the first batch
+            tail, truncated = _ticks(schedule, schedule.next_after(batch[-1]), until,
+                                     4 * (keep + 1) + _BATCH)
+            if not truncated:
+                return batch + tail, None
         else:
-            start = schedule.next_after(begin - _MICROSECOND)
-        tail, truncated = _ticks(schedule, start, until, 4 * (keep + 1) + _BATCH)
-        if len(tail) >= keep or begin <= batch[-1]:
-            return (batch + tail if begin <= batch[-1] else tail), None
-        lookback *= 2
+            tail, truncated = _ticks(schedule, schedule.next_after(begin - _MICROSECOND),
+                                     until, 4 * (keep + 1) + _BATCH)
+            if not truncated and len(tail) >= keep:
+                return tail, None
+        lookback = lookback / 2 if truncated else lookback * 2
+    return tail, None  # a schedule this uneven: some late ticks, not surely the newest

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from taskq.broker.topology import validate_queue_name
 from taskq.codec import encode_body
 from taskq.errors import ConfigurationError
-from taskq.message import Envelope
+from taskq.message import SCHEDULE, SCHEDULE_TICK, Envelope
 from taskq.registry import TaskRegistry
 from taskq.schedules.catchup import validate_missed
 from taskq.schedules.spec import Crontab, Every, to_schedule
@@ -27,9 +27,6 @@ from taskq.task import Task, validate_priority
 
 # Longest schedule name: its idempotency key ("taskq-schedule:<name>@<tick>") fits 255.
 NAME_MAX_CHARS = 200
-# Headers a tick's message carries (informational; docs/PROTOCOL.md).
-SCHEDULE_HEADER = "taskq-schedule"
-TICK_HEADER = "taskq-schedule-tick"
 _TASK_IDS = uuid.UUID("5d0b7a3e-4f3c-4b8e-9c51-2f6d1e7a9b40")
 
 
@@ -83,7 +80,7 @@ class PeriodicTask:
             priority=self.priority,
             task_id=str(uuid.uuid5(_TASK_IDS, key)),
             idempotency_key=key,
-            headers={SCHEDULE_HEADER: self.name, TICK_HEADER: iso_utc(tick_at)},
+            headers={SCHEDULE: self.name, SCHEDULE_TICK: iso_utc(tick_at)},
         )
 
 

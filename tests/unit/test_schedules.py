@@ -174,6 +174,18 @@ def test_a_year_of_downtime_is_planned_in_bounded_work() -> None:
     assert plan.next_run_at == plan.runs[-1] + timedelta(seconds=1)
 
 
+def test_a_month_of_downtime_of_a_cron_schedule_keeps_the_newest_missed_runs() -> None:
+    schedule = crontab("*/5 * * * *", timezone="Europe/Berlin")
+    plan = plan_ticks(schedule, T0, T0 + timedelta(days=30, seconds=0.5), missed="all",
+                      grace_s=1.0, max_runs=100)
+
+    late, on_time = plan.runs[:-1], plan.runs[-1]
+    assert on_time == T0 + timedelta(days=30)
+    assert len(late) == 100 and late[-1] == on_time - timedelta(minutes=5)
+    assert {b - a for a, b in zip(plan.runs, plan.runs[1:], strict=False)} == {
+        timedelta(minutes=5)}
+
+
 # -- bad definitions are refused at definition, with the reason --------------------------------
 
 
