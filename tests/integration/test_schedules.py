@@ -286,3 +286,34 @@ def test_beat_without_app_says_how_to_give_it() -> None:
 
     assert result.exit_code == 2
     assert "give the app with -A MODULE:APP" in result.output
+
+
+def test_a_database_outage_backs_off_and_fires_the_ticks_once_it_is_back(
+    make_app: Callable[..., App], postgres_url: str, schedulers, caplog
+) -> None:
+    from tests.support.proxy import TcpProxy
+
+    with TcpProxy("127.0.0.1", 5432) as proxy:
+        app = make_app(database_url=proxy.url(postgres_url))
+        app.add_periodic_task(1, app.task(name="report")(lambda: None), name="every-second")
+        clock = Clock(T0)
+        scheduler = schedulers(app, clock)
+
+        # While the database cannot be reached, a step backs off and says so once
+        caplog.set_level(logging.WARNING, logger="taskq.schedules.scheduler")
+        proxy.cut()
+        clock.advance(1.2)
+        pauses = [scheduler.step(), scheduler.step()]
+        assert pauses[0] > 0 and pauses[1] > pauses[0]
+        assert caplog.text.count("cannot reach the database") == 1
+        assert "no tick is lost" in caplog.text
+
+        # Once it is back, the due tick fires, once
+        proxy.restore()
+        scheduler.step()
+        scheduler.step()
+        keys = [r.idempotency_key for r in _outbox(app)]
+        assert keys == ["taskq-schedule:every-second@2026-12-01T12:00:01Z"]
+        assert "reaches the database again" in caplog.text and scheduler.fired == 1
+        scheduler.stop()
+        app.close()

@@ -181,13 +181,23 @@ def _last_run(app: App, name: str | None = None) -> datetime | None:
     return value.replace(tzinfo=timezone.utc) if value is not None else None
 
 
+@pytest.fixture(params=["sqlite", "postgresql"])
+def beat_database_url(request: pytest.FixtureRequest, database_file_url: str) -> Iterator[str]:
+    """The embedded SQLite default, or a PostgreSQL schema of the test's own."""
+    if request.param == "sqlite":
+        yield database_file_url
+        return
+    with postgres_schema("tqbeat") as schema:
+        yield schema_url(schema)
+
+
 @pytest.mark.slow
 def test_a_scheduler_stopped_for_10s_catches_up_per_missed_policy(
-    make_app: Callable[..., App], start_taskq, database_file_url: str, tmp_path: Path
+    make_app: Callable[..., App], start_taskq, beat_database_url: str, tmp_path: Path
 ) -> None:
-    app = make_app(database_url=database_file_url)
+    app = make_app(database_url=beat_database_url)
     app.create_tables()
-    env = {"TASKQ_DATABASE_URL": database_file_url, "TASKQ_TEST_SCHEDULES": "downtime",
+    env = {"TASKQ_DATABASE_URL": beat_database_url, "TASKQ_TEST_SCHEDULES": "downtime",
            "TASKQ_BEAT_MAX_CATCHUP_RUNS": "5", "TASKQ_TEST_RUNS": str(tmp_path / "runs")}
     names = [f"every-second-{missed}" for missed in ("once", "skip", "all")]
 
@@ -225,6 +235,7 @@ def test_a_scheduler_stopped_for_10s_catches_up_per_missed_policy(
         assert sorted(late) == [on_time_after[0] - n * SECOND
                                 for n in range(len(late), 0, -1)], (name, late)
     assert "missed='once': one run stands for them" in second.log()
+    app.close()  # before a PostgreSQL schema is dropped
 
 
 def _outbox_ticks(app: App) -> list[tuple[str, datetime, datetime]]:
