@@ -25,12 +25,12 @@ import hashlib
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, Protocol
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-from croniter import croniter
+from typing import TYPE_CHECKING, Any, Protocol
 
 from taskq.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from zoneinfo import ZoneInfo
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _MICROSECOND = timedelta(microseconds=1)
@@ -158,6 +158,9 @@ class Crontab:
         )
 
     def _candidates(self, start: datetime) -> Any:
+        # Imported on first use: apps without cron schedules never load croniter.
+        from croniter import croniter
+
         if self._parsed is None:
             expression = _ALIASES.get(self.expression, self.expression)
             object.__setattr__(self, "_parsed", croniter(expression, start))
@@ -231,6 +234,8 @@ def _normalise(expression: object) -> str:
 
 
 def _zone(name: object) -> ZoneInfo:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
     if not isinstance(name, str) or not name:
         raise ConfigurationError(
             f"timezone must be an IANA name like 'Europe/Berlin', not {name!r}"
