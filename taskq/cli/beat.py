@@ -42,7 +42,6 @@ def run(ctx: click.Context, app_path: str | None, loglevel: str) -> None:
     from taskq.worker.process import configure_logging
 
     configure_logging(loglevel)
-    app = load(_app_path(ctx, app_path))
     stop = False
 
     def on_signal(signum: int, frame: Any) -> None:
@@ -51,8 +50,10 @@ def run(ctx: click.Context, app_path: str | None, loglevel: str) -> None:
             raise KeyboardInterrupt
         stop = True
 
+    # Before the app is imported: a SIGTERM while it loads still ends in a clean exit.
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
+    app = load(_app_path(ctx, app_path))
     sys.exit(run_beat(app, lambda: stop))
 
 

@@ -125,7 +125,9 @@ def test_three_schedulers_killed_and_restarted_enqueue_every_tick_once(
         # When for 15 s one of them is killed -9 and restarted every 3 s
         overdue_s = _kill_storm(app, beats, lambda: start_taskq("beat", env=env))
 
-        for beat in beats:
+        for beat in beats:  # a scheduler started last may still be importing the app
+            wait_until(lambda beat=beat: "schedules in postgresql" in beat.log(), timeout_s=30,
+                       message=lambda beat=beat: "the scheduler started; log:\n" + beat.log())
             assert beat.stop() == 0, beat.log()
         wait_until(lambda: app.outbox_backlog().rows == 0, timeout_s=30,
                    message=lambda: f"{app.outbox_backlog()}; relay log:\n{relay.log()}")
