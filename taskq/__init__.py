@@ -32,6 +32,7 @@ from taskq.errors import (
     TopologyError,
 )
 from taskq.results import AsyncResult
+from taskq.schedules.spec import crontab
 from taskq.schema import metadata
 from taskq.settings import Settings
 from taskq.task import Task
@@ -65,5 +66,6 @@ __all__ = [
     "TimeLimitExceeded",
     "TopologyError",
     "__version__",
+    "crontab",
     "metadata",
 ]

@@ -22,6 +22,7 @@ from taskq.errors import ConfigurationError, MessageTooLarge
 from taskq.message import Envelope, WireMessage, encode, gc_paused
 from taskq.registry import TaskRegistry
 from taskq.results import AsyncResult
+from taskq.schedules.definitions import PeriodicTask, Schedules
 from taskq.sending import Sender
 from taskq.settings import Settings
 from taskq.task import Task, TaskOptions
@@ -63,6 +64,8 @@ class App:
             )
         self.name = name
         self.registry = TaskRegistry()
+        #: The app's periodic tasks (``add_periodic_task``, ``@app.periodic``).
+        self.schedules = Schedules(self)
         self._queues: dict[str, QueueOptions] = {}
         self._validated_queues: set[str] = set()
         self._lock = threading.Lock()
@@ -204,6 +207,30 @@ class App:
         if fn is not None:
             return register(fn)
         return register
+
+    def add_periodic_task(
+        self, schedule: Any, task: Task[Any, Any] | str, *, name: str, args: Sequence[Any] = (),
+        kwargs: dict[str, Any] | None = None, queue: str | None = None,
+        priority: int | None = None, missed: str = "once",
+    ) -> PeriodicTask:
+        """Run ``task`` on ``schedule`` (seconds, a ``timedelta`` or ``taskq.crontab(...)``),
+        each tick enqueued once by ``taskq beat`` or ``taskq worker --beat``.
+
+        ``name`` is unique per app; ``missed`` is ``"once"``, ``"skip"`` or ``"all"`` (what
+        happens to ticks no scheduler fired, see docs/periodic.md).
+
+        Raises:
+            ConfigurationError: a bad schedule, cron string or time zone, an unknown task, a
+                name already used, a bad queue, priority or policy (the message says which).
+            SerializationError: ``args`` or ``kwargs`` cannot be encoded.
+        """
+        return self.schedules.add(schedule, task, name=name, args=args, kwargs=kwargs,
+                                  queue=queue, priority=priority, missed=missed)
+
+    def periodic(self, schedule: Any, *, name: str | None = None, **options: Any) -> Any:
+        """``@app.periodic(schedule, name=...)`` above ``@app.task``: see
+        :meth:`add_periodic_task` (``name`` defaults to the task's name)."""
+        return self.schedules.decorator(schedule, name=name, **options)
 
     # -- publishing ------------------------------------------------------------------------
 

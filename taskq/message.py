@@ -32,6 +32,11 @@ RETRIES = "taskq-retries"
 IDEMPOTENCY_KEY = "taskq-idempotency-key"
 ETA = "taskq-eta"
 
+# Informational headers of a periodic task's run (taskq.schedules): the schedule's name and
+# the tick's time (ISO 8601 UTC).
+SCHEDULE = "taskq-schedule"
+SCHEDULE_TICK = "taskq-schedule-tick"
+
 # Headers a dead letter adds (see dead_letter_headers).
 ERROR_TYPE = "taskq-error-type"
 ERROR = "taskq-error"

@@ -65,3 +65,29 @@ results_table = Table(
     Column("started_at", DateTime(timezone=True), nullable=True),
     Column("finished_at", DateTime(timezone=True), nullable=True, index=True),
 )
+
+#: Periodic tasks (taskq.schedules): one row per schedule name. A tick is one transaction
+#: that locks the row, adds the outbox row and advances next_run_at, so a tick is enqueued
+#: once however many schedulers run; ``fingerprint`` notices a changed schedule.
+schedule_table = Table(
+    "taskq_schedule",
+    metadata,
+    Column("name", String(255), primary_key=True),
+    Column("task", String(255), nullable=False),
+    Column("schedule", String(255), nullable=False),
+    Column("fingerprint", String(64), nullable=False),
+    Column("next_run_at", DateTime(timezone=True), nullable=False),
+    Column("last_run_at", DateTime(timezone=True), nullable=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+#: The schedulers (`taskq beat`, `taskq worker --beat`) seen: a heartbeat row each.
+schedulers_table = Table(
+    "taskq_schedulers",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("host", String(255), nullable=False),
+    Column("pid", Integer, nullable=False),
+    Column("started_at", DateTime(timezone=True), nullable=False),
+    Column("last_seen_at", DateTime(timezone=True), nullable=False),
+)

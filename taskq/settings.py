@@ -107,6 +107,14 @@ class Settings:
     # Outbox rows due further ahead than this stay in the database; nearer ones are handed
     # to the delay backend by the relay.
     outbox_delay_horizon_s: float = 3600.0
+    # Periodic tasks (taskq beat): a tick the scheduler reaches later than this was missed,
+    # and the schedule's missed= policy decides ("once", "skip" or "all").
+    beat_grace_s: float = 1.0
+    # missed="all" enqueues at most this many missed runs per schedule (the newest).
+    beat_max_catchup_runs: int = 100
+    # How often a scheduler refreshes its taskq_schedulers row; on SQLite another one may
+    # take over after three heartbeats without one.
+    beat_heartbeat_s: float = 5.0
     # Tests only: run each enqueued task in-process, synchronously, after the same encoding
     # and decoding as in production (outbox enqueues run when their transaction commits).
     # See taskq.testing.
@@ -295,6 +303,7 @@ def _validate(settings: Settings) -> None:
         "max_process_deaths",
         "heartbeat_s",
         "outbox_batch_size",
+        "beat_max_catchup_runs",
     )
     for name in positive:
         if getattr(settings, name) < 1:
@@ -312,10 +321,13 @@ def _validate(settings: Settings) -> None:
         "task_max_retries",
         "task_retry_backoff_s",
         "task_retry_backoff_max_s",
+        "beat_grace_s",
     )
     for name in non_negative:
         if getattr(settings, name) < 0:
             raise ConfigurationError(f"setting {name} must not be negative")
+    if settings.beat_heartbeat_s <= 0:
+        raise ConfigurationError("setting beat_heartbeat_s must be positive")
 
 
 def _validate_broker(settings: Settings) -> None:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 from taskq.broker import topology as topo
 from taskq.broker.inspect import QueueStats, snapshot
 from taskq.errors import TaskqError
+from taskq.schedules import report as schedule_report
+from taskq.schedules.report import SchedulerStatus, ScheduleStatus
 from taskq.settings import redact_url
 
 if TYPE_CHECKING:
@@ -59,6 +61,8 @@ class Status:
     delay_backend: str | None = None
     outbox: OutboxStatus = field(default_factory=OutboxStatus)
     broker_error: str | None = None
+    schedules: list[ScheduleStatus] = field(default_factory=list)
+    schedulers: list[SchedulerStatus] = field(default_factory=list)
 
     @property
     def consumers(self) -> int:
@@ -76,11 +80,14 @@ def collect(app: App, queues: list[str] | None = None) -> Status:
     """Gather the status of ``queues`` (default: every queue the app knows)."""
     names = queues or app.queue_names()
     broker = _broker_part(app, names)
+    periodic = schedule_report.collect(app)
     return Status(
         app=app.name,
         broker_url=redact_url(app.settings.broker_url),
         database_url=redact_url(app.settings.database_url),
         outbox=_outbox_part(app),
+        schedules=periodic.schedules,
+        schedulers=periodic.schedulers,
         **broker,
     )
 
@@ -173,4 +180,6 @@ def render(status: Status) -> str:
     else:
         lines.append(f"  outbox ({status.database_url}): {outbox.rows} rows waiting, oldest "
                      f"{outbox.oldest_age_s or 0:.1f}s, {outbox.failing_rows} failing")
+    lines.extend(schedule_report.render(
+        schedule_report.ScheduleReport(status.schedules, [], status.schedulers)))
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import click
 
 from taskq.cli._common import parse_duration
+from taskq.cli.beat import beat
 from taskq.cli.dashboard import dashboard
 from taskq.cli.database import db
 from taskq.cli.dead_letters import dlq
@@ -26,5 +27,5 @@ def main() -> None:
     """taskq: a task queue on RabbitMQ where nothing is silently lost."""
 
 
-for _command in (worker, relay, status, inspect, db, dlq, dashboard):
+for _command in (worker, relay, beat, status, inspect, db, dlq, dashboard):
     main.add_command(_command)

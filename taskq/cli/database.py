@@ -12,7 +12,8 @@ from taskq.settings import redact_url
 
 @click.group()
 def db() -> None:
-    """Manage taskq's tables (taskq_outbox, taskq_processed, taskq_results)."""
+    """Manage taskq's tables (taskq_outbox, taskq_processed, taskq_results, taskq_schedule,
+    taskq_schedulers)."""
 
 
 @db.command("create")

@@ -53,6 +53,10 @@ from taskq.worker.supervisor import Monitoring, Supervisor
     help="Also run the outbox relay, supervised, beside the worker processes.",
 )
 @click.option(
+    "--beat", is_flag=True,
+    help="Also run the scheduler of periodic tasks, supervised (see `taskq beat`).",
+)
+@click.option(
     "--metrics-port", type=click.IntRange(0, 65535), metavar="PORT",
     help="Serve Prometheus metrics on /metrics and a health probe on /healthz.",
 )
@@ -88,6 +92,7 @@ def worker(
     max_tasks_per_child: int | None,
     shutdown_timeout: float | None,
     relay: bool,
+    beat: bool,
     metrics_port: int | None,
     dashboard_port: int | None,
     dashboard_host: str,
@@ -127,6 +132,7 @@ def worker(
                 sidecars=_dashboard(app, dashboard_port, dashboard_host, dashboard_token),
             ),
             log_format=log_format,
+            beat=beat,
         )
         code = supervisor.run()
     except TaskqError as exc:

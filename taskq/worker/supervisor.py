@@ -110,6 +110,7 @@ class Supervisor:
         relay: Also run the outbox relay as a supervised process.
         monitoring: Metrics port and health file, when asked for.
         log_format: ``text`` or ``json`` log lines in the processes.
+        beat: Also run the scheduler of periodic tasks as a supervised process.
     """
 
     def __init__(
@@ -123,6 +124,7 @@ class Supervisor:
         relay: bool = False,
         monitoring: Monitoring | None = None,
         log_format: str = "text",
+        beat: bool = False,
     ) -> None:
         self.app = app
         self.settings = app.settings
@@ -138,6 +140,7 @@ class Supervisor:
         )
         self._children: list[_Child] = []
         self._relay = RelayProcess(self._context, self._spec) if relay else None
+        self._beat = _beat_process(self._context, self._spec) if beat else None
         self._monitoring = monitoring or Monitoring()
         self._metrics_server: Any = None
         self._metrics_dir: str | None = None
@@ -185,6 +188,8 @@ class Supervisor:
                 self._start(child)
             if self._relay is not None:
                 self._relay.start()
+            if self._beat is not None:
+                self._beat.start()
             return self._watch()
         finally:
             self._kill_all()
@@ -272,6 +277,8 @@ class Supervisor:
             alive = [c.process.sentinel for c in self._children if c.process is not None]
             if self._relay is not None and self._relay.sentinel is not None:
                 alive.append(self._relay.sentinel)
+            if self._beat is not None and self._beat.sentinel is not None:
+                alive.append(self._beat.sentinel)
             if not alive and self._stopping_at:
                 break
             multiprocessing.connection.wait(alive, timeout=_WATCH_INTERVAL_S)
@@ -281,6 +288,8 @@ class Supervisor:
             self._touch_health_file(now)
             if self._relay is not None:
                 self._relay.check(now, stopping=bool(self._stopping_at))
+            if self._beat is not None:
+                self._beat.check(now, stopping=bool(self._stopping_at))
             if self._stopping_at and now >= self._stopping_at and not self._forced:
                 logger.error(
                     "shutdown timeout (%gs) passed with tasks still running; killing them",
@@ -320,6 +329,8 @@ class Supervisor:
                 send_signal(child.process.pid, signal.SIGTERM)
         if self._relay is not None:
             self._relay.terminate()
+        if self._beat is not None:
+            self._beat.terminate()
 
     def _force(self) -> None:
         self._forced = True
@@ -475,4 +486,14 @@ class Supervisor:
                 child.process.join(5)
         if self._relay is not None:
             self._relay.kill()
+        if self._beat is not None:
+            self._beat.kill()
         return killed
+
+
+def _beat_process(context: Any, spec: ChildSpec) -> Any:
+    # Imported here: taskq.schedules.beat_process imports taskq.worker.process, whose package
+    # (taskq.worker) imports this module.
+    from taskq.schedules.beat_process import BeatProcess
+
+    return BeatProcess(context, spec)

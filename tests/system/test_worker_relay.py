@@ -120,6 +120,7 @@ def test_db_create_and_prune_commands(database_file_url: str) -> None:
     assert "taskq tables ready in sqlite:///" in created.stdout
 
     engine = sa.create_engine(database_file_url)
+    assert {"taskq_schedule", "taskq_schedulers"} <= set(sa.inspect(engine).get_table_names())
     now = datetime.now(timezone.utc)
     with engine.begin() as conn:
         conn.execute(processed_table.insert(), [

@@ -14,15 +14,19 @@ LAYERS = {
         "errors", "settings", "codec", "message", "received", "republish", "retry", "request",
         "broker.topology",
         "_clock",
+        "schedules.spec", "schedules.catchup",
     },
     2: {
         "broker", "broker.connection", "broker.publisher", "broker.subscription", "db",
         "schema", "outbox.store", "idempotency", "results", "delay", "sending",
+        "schedules.store",
     },
     3: {
         "app", "task", "registry", "middleware", "outbox", "outbox.relay", "worker", "dlq",
         "status",
         "eager",
+        "schedules", "schedules.definitions", "schedules.scheduler", "schedules.beat_process",
+        "schedules.report",
     },
     4: {"cli", "testing", "contrib", "dashboard", "__main__", "__init__"},
 }

@@ -105,3 +105,37 @@ class TaskRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task_path}[{self.id}]"
+
+
+class Schedule(models.Model):
+    """A periodic task's stored state (``taskq_schedule``): its next and last run."""
+
+    name = models.CharField(max_length=255, primary_key=True)
+    task = models.CharField(max_length=255)
+    schedule = models.CharField(max_length=255)
+    fingerprint = models.CharField(max_length=64)
+    next_run_at = models.DateTimeField()
+    last_run_at = models.DateTimeField(null=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "taskq_schedule"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.schedule} -> {self.task}"
+
+
+class Scheduler(models.Model):
+    """A scheduler process seen (``taskq_schedulers``), with its last heartbeat."""
+
+    id = models.CharField(max_length=64, primary_key=True)
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    started_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "taskq_schedulers"
+
+    def __str__(self) -> str:
+        return f"scheduler {self.id[:8]} on {self.host} pid {self.pid}"
