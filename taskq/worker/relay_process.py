@@ -12,7 +12,6 @@ import logging
 import os
 import signal
 import sys
-import time
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -27,16 +26,13 @@ from taskq.worker.process import (
     configure_logging,
     load_spec_app,
 )
+from taskq.worker.side_process import SupervisedProcess
 
 if TYPE_CHECKING:
-    from multiprocessing.process import BaseProcess
-
     from taskq.app import App
 
 logger = logging.getLogger(__name__)
 
-# A relay that dies sooner than this after starting is restarted only after this long.
-_RESTART_PAUSE_S = 1.0
 
 
 def ensure_table(app: App, table: str, purpose: str) -> bool:
@@ -114,73 +110,8 @@ def relay_main(spec: ChildSpec) -> None:
     sys.exit(run_relay(load_spec_app(spec), should_stop))
 
 
-class RelayProcess:
-    """Starts, watches and restarts the relay process for the supervisor."""
+class RelayProcess(SupervisedProcess):
+    """Starts, watches and restarts the outbox relay process for the supervisor."""
 
     def __init__(self, context: Any, spec: ChildSpec) -> None:
-        self._context = context
-        self._spec = spec
-        self.process: BaseProcess | None = None
-        self._started_at = 0.0
-        self._restart_at = 0.0
-        self._given_up = False
-
-    @property
-    def sentinel(self) -> int | None:
-        """What the supervisor waits on, or ``None`` when no process runs."""
-        return self.process.sentinel if self.process is not None else None
-
-    def start(self) -> None:
-        """Start the relay process (signals blocked until its handlers are installed)."""
-        process = self._context.Process(target=relay_main, args=(self._spec,), name="relay")
-        old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STARTUP_BLOCKED_SIGNALS)
-        try:
-            process.start()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
-        self.process, self._started_at = process, time.monotonic()
-        logger.info("started outbox relay process (pid %d)", process.pid)
-
-    def check(self, now: float, *, stopping: bool) -> None:
-        """Reap an exited relay and restart it unless shutting down or misconfigured."""
-        process = self.process
-        if process is None:
-            if self._restart_at and now >= self._restart_at and not stopping:
-                self._restart_at = 0.0
-                self.start()
-            return
-        if process.exitcode is None:
-            return
-        code = process.exitcode
-        process.join()
-        process.close()
-        self.process = None
-        if stopping:
-            return
-        if code == EXIT_FATAL:
-            logger.error("outbox relay cannot run (see above); the workers go on without it")
-            return
-        logger.error("outbox relay process died (exit %s); restarting it", code)
-        quick = now - self._started_at < _RESTART_PAUSE_S
-        self._restart_at = now + (_RESTART_PAUSE_S if quick else 0.0)
-
-    def terminate(self) -> None:
-        """Ask the relay to stop after its current batch."""
-        if self.process is not None and self.process.pid is not None:
-            _signal(self.process.pid, signal.SIGTERM)
-
-    def kill(self) -> None:
-        """Stop the relay at once (its batch's transaction rolls back; rows stay)."""
-        process = self.process
-        if process is not None and process.exitcode is None and process.pid is not None:
-            _signal(process.pid, signal.SIGKILL)
-        if process is not None:
-            process.join(5)
-
-
-def _signal(pid: int, signum: int) -> None:
-    try:
-        os.kill(pid, signum)
-    except ProcessLookupError:
-        pass
-
+        super().__init__(context, spec, target=relay_main, name="relay", label="outbox relay")

@@ -140,7 +140,11 @@ class Supervisor:
         )
         self._children: list[_Child] = []
         self._relay = RelayProcess(self._context, self._spec) if relay else None
-        self._beat = _beat_process(self._context, self._spec) if beat else None
+        # Supervised beside the worker processes: started, watched, restarted, stopped alike.
+        self._side_processes: list[Any] = [
+            p for p in (self._relay, _beat_process(self._context, self._spec) if beat else None)
+            if p is not None
+        ]
         self._monitoring = monitoring or Monitoring()
         self._metrics_server: Any = None
         self._metrics_dir: str | None = None
@@ -186,10 +190,8 @@ class Supervisor:
                 sidecar.start(self)
             for child in self._children:
                 self._start(child)
-            if self._relay is not None:
-                self._relay.start()
-            if self._beat is not None:
-                self._beat.start()
+            for side in self._side_processes:
+                side.start()
             return self._watch()
         finally:
             self._kill_all()
@@ -275,10 +277,7 @@ class Supervisor:
                 self._on_shutdown_signal(*self._signals[handled_signals])
                 handled_signals += 1
             alive = [c.process.sentinel for c in self._children if c.process is not None]
-            if self._relay is not None and self._relay.sentinel is not None:
-                alive.append(self._relay.sentinel)
-            if self._beat is not None and self._beat.sentinel is not None:
-                alive.append(self._beat.sentinel)
+            alive += [p.sentinel for p in self._side_processes if p.sentinel is not None]
             if not alive and self._stopping_at:
                 break
             multiprocessing.connection.wait(alive, timeout=_WATCH_INTERVAL_S)
@@ -286,10 +285,8 @@ class Supervisor:
             for child in self._children:
                 self._check(child, now)
             self._touch_health_file(now)
-            if self._relay is not None:
-                self._relay.check(now, stopping=bool(self._stopping_at))
-            if self._beat is not None:
-                self._beat.check(now, stopping=bool(self._stopping_at))
+            for side in self._side_processes:
+                side.check(now, stopping=bool(self._stopping_at))
             if self._stopping_at and now >= self._stopping_at and not self._forced:
                 logger.error(
                     "shutdown timeout (%gs) passed with tasks still running; killing them",
@@ -327,10 +324,8 @@ class Supervisor:
             child.restart_at = 0.0
             if child.process is not None and child.process.pid is not None:
                 send_signal(child.process.pid, signal.SIGTERM)
-        if self._relay is not None:
-            self._relay.terminate()
-        if self._beat is not None:
-            self._beat.terminate()
+        for side in self._side_processes:
+            side.terminate()
 
     def _force(self) -> None:
         self._forced = True
@@ -484,10 +479,8 @@ class Supervisor:
         for child in self._children:
             if child.process is not None:
                 child.process.join(5)
-        if self._relay is not None:
-            self._relay.kill()
-        if self._beat is not None:
-            self._beat.kill()
+        for side in self._side_processes:
+            side.kill()
         return killed
 
 

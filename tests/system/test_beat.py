@@ -214,9 +214,13 @@ def test_a_scheduler_stopped_for_10s_catches_up_per_missed_policy(
     time.sleep(10)  # the downtime itself
     restarted_at = datetime.now(timezone.utc)
     second = start_taskq("beat", env=env)
-    wait_until(lambda: all((_last_run(app, n) or restarted_at) > restarted_at + 2 * SECOND
-                           for n in names), timeout_s=30,
-               message=lambda: "ticks after the restart; log:\n" + second.log())
+    def on_time_after_restart(name: str) -> int:
+        return sum(1 for n, t, created in _outbox_ticks(app)
+                   if n == name and t > restarted_at and created - t <= SECOND)
+
+    # two on-time ticks each: a scheduler starved for a second on a busy machine is late once
+    wait_until(lambda: all(on_time_after_restart(n) >= 2 for n in names), timeout_s=60,
+               message=lambda: "on-time ticks after the restart; log:\n" + second.log())
     assert second.stop() == 0, second.log()
 
     # Then: once -> one catch-up run, skip -> none, all -> the newest 5 (the bound)
