@@ -251,3 +251,29 @@ def test_unroutable_messages_are_listed_and_replayed_once_their_queue_exists(
     right = client.post("/api/unroutable/purge", json={"confirm": "unroutable (parked)"},
                         headers=auth)
     assert right.get_json() == {"purged": 0}
+
+
+def test_the_overview_shows_the_apps_schedules_and_the_scheduler_that_fired_them(
+    app: App,
+) -> None:
+    # Given an app with a periodic task whose scheduler fired its first tick
+    from taskq.schedules.scheduler import Scheduler
+
+    app.task(name="tests.dashboard.report")(lambda: None)
+    app.add_periodic_task(3600, "tests.dashboard.report", name="hourly-report")
+    scheduler = Scheduler(app)
+    scheduler.start()
+    try:
+        scheduler.step()
+        # When the overview and its API are read
+        client = create_app(app).test_client()
+        page = client.get("/").get_data(as_text=True)
+        data = client.get("/api/status").get_json()
+    finally:
+        scheduler.stop()
+    # Then the schedule is listed with its next and last run, beside the scheduler seen
+    (schedule,) = data["schedules"]
+    assert schedule["name"] == "hourly-report" and schedule["next_run"]
+    assert [s["pid"] for s in data["schedulers"]] == [os.getpid()]
+    assert 'id="schedules"' in page and "hourly-report" in page
+    assert schedule["next_run"][:16] in page.replace("T", " ") or schedule["next_run"][:16] in page
