@@ -337,6 +337,10 @@ class App:
         """
         return self._sender.delay_backend
 
+    def adopt_delay_backend(self, kind: str) -> None:
+        """Use ``kind`` (``plugin`` or ``tiers``, chosen by a parent) without probing again."""
+        self._sender.adopt_delay_kind(kind)
+
     @property
     def delay_backend_name(self) -> str:
         """``"plugin"`` or ``"tiers"``: the delay backend in use (chosen on first use).

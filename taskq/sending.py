@@ -20,7 +20,7 @@ from taskq.broker.topology import Topology
 from taskq.delay.backend import DelayBackend, DelayDeclarer, DelayedMessage, due_item
 from taskq.delay.choosing import build_backend, choose_backend
 from taskq.delay.maths import epoch_ms
-from taskq.errors import BrokerConnectionError, PublishError
+from taskq.errors import BrokerConnectionError, ConfigurationError, PublishError
 from taskq.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -126,6 +126,19 @@ class Sender:
                         reason="unreachable",
                     ) from exc
             return self._delay_kind
+
+    def adopt_delay_kind(self, kind: str) -> None:
+        """Take ``kind`` (``plugin`` or ``tiers``) as chosen, e.g. by the worker supervisor.
+
+        Raises:
+            ConfigurationError: ``kind`` is neither.
+        """
+        if kind not in ("plugin", "tiers"):
+            raise ConfigurationError(
+                f"delay backend kind must be 'plugin' or 'tiers', not {kind!r}"
+            )
+        with self._delay_lock:
+            self._delay_kind = kind
 
     def delay_factory(self, publisher: Publisher) -> Callable[[], DelayBackend]:
         """A lazy backend for a relay's publisher: nothing is probed until a row needs it."""

@@ -103,7 +103,9 @@ class Settings:
     # enabled, else tiers), "plugin" or "tiers" (see taskq.delay and docs/delays.md).
     delay_backend: str = "auto"
     # Queue type of the delay tiers: "classic", or "quorum" to replicate delayed messages.
-    delay_tier_queue_type: str = "classic"
+    # Unset (""), it follows default_queue_type: an app whose work queues are quorum gets
+    # replicated tiers too.
+    delay_tier_queue_type: str = ""
     # Outbox rows due further ahead than this stay in the database; nearer ones are handed
     # to the delay backend by the relay.
     outbox_delay_horizon_s: float = 3600.0
@@ -124,6 +126,10 @@ class Settings:
         given: object = self.broker_url  # a list or tuple in code
         if isinstance(given, (list, tuple)):
             object.__setattr__(self, "broker_url", _join_urls(given))
+        # Not a field: whether delay_tier_queue_type was left to follow default_queue_type.
+        object.__setattr__(self, "_tiers_follow", not self.delay_tier_queue_type)
+        if not self.delay_tier_queue_type:
+            object.__setattr__(self, "delay_tier_queue_type", self.default_queue_type)
         _validate(self)
 
     @property
@@ -175,6 +181,8 @@ class Settings:
         unknown = sorted(set(changes) - self.names())
         if unknown:
             raise ConfigurationError(f"unknown taskq setting(s): {', '.join(unknown)}")
+        if getattr(self, "_tiers_follow", False):
+            changes.setdefault("delay_tier_queue_type", "")  # keeps following
         return dataclasses.replace(self, **changes)
 
     def __repr__(self) -> str:
@@ -293,8 +301,8 @@ def _validate(settings: Settings) -> None:
         raise ConfigurationError(
             f"namespace {settings.namespace!r} may use only letters, digits, '_' and '-'"
         )
+    _validate_broker(settings)  # default_queue_type first: the tiers may follow it
     _validate_delays(settings)
-    _validate_broker(settings)
     if not 1 <= settings.default_max_priority <= 255:
         raise ConfigurationError("default_max_priority must be between 1 and 255")
     positive = (

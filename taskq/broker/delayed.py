@@ -29,10 +29,11 @@ import pika.exceptions
 
 from taskq.broker._confirm_channel import ConfirmChannel, ConfirmTimeout
 from taskq.broker._publish_deadline import PublishDeadline
+from taskq.broker._publish_errors import ENCODE_ERRORS
 from taskq.broker.connection import declare, open_connection
 from taskq.broker.topology import Declarations, HeaderBindingSpec
 from taskq.errors import BrokerConnectionError, PublishError
-from taskq.message import WireMessage
+from taskq.message import TASK, WireMessage
 from taskq.settings import Settings, redact_url
 
 logger = logging.getLogger(__name__)
@@ -216,13 +217,12 @@ class PluginPublisher:
         with self._lock:
             deadline = PublishDeadline(self._settings.publish_timeout_s)
             todo = list(range(len(items)))
+            unencodable: dict[int, str] = {}  # index: why AMQP cannot encode it (never sent)
             while True:
                 try:
                     link = self._ready_link({items[i][1] for i in todo}, deadline)
                     link.ids = ids
-                    for index in todo:
-                        exchange, key, wire = items[index]
-                        link.send(index, exchange, key, wire)
+                    todo = self._send_encodable(link, items, todo, unencodable)
                     link.wait_settled(link.all_settled, self._settings.publish_confirm_timeout_s)
                 except pika.exceptions.ChannelClosedByBroker as exc:
                     self._drop_link()
@@ -249,7 +249,54 @@ class PluginPublisher:
                     continue
                 if nacked:
                     raise self._error("nacked by the broker", "nack", [ids[i] for i in nacked])
+                if unencodable:
+                    raise self._unencodable(items, unencodable)
                 return
+
+    @staticmethod
+    def _send_encodable(
+        link: _NonMandatoryChannel,
+        items: Sequence[PublishItem],
+        todo: list[int],
+        unencodable: dict[int, str],
+    ) -> list[int]:
+        """Send ``todo``; a message AMQP cannot encode is noted in ``unencodable``, not sent.
+
+        Returns the indexes sent. A failure after a message was encoded (the write) is a
+        connection problem and propagates.
+        """
+        sent = []
+        for index in todo:
+            exchange, key, wire = items[index]
+            tag = link.tag
+            try:
+                link.send(index, exchange, key, wire)
+            except ENCODE_ERRORS as exc:
+                if link.tag != tag:
+                    raise  # encoded and handed on: the write failed, not the message
+                unencodable[index] = f"{type(exc).__name__}: {exc}"
+                continue
+            sent.append(index)
+        return sent
+
+    def _unencodable(self, items: Sequence[PublishItem], failed: dict[int, str]) -> PublishError:
+        """Messages of a batch AMQP cannot encode (the others were confirmed)."""
+        described = []
+        for index, why in sorted(failed.items()):
+            _, queue, wire = items[index]
+            task = wire.headers.get(TASK) or "?"
+            described.append(f"message {wire.message_id} of task {task!r} for queue "
+                             f"{queue!r}: {why}")
+        return PublishError(
+            f"{len(failed)} delayed message(s) cannot be encoded as AMQP and were not "
+            f"published to RabbitMQ at {self._url} (not retried; the others were "
+            f"confirmed): {'; '.join(described[:20])}. Remove or convert the header AMQP "
+            "has no type for (float, tuple, a name over 255 bytes, an int beyond 64 bits)",
+            url=self._url,
+            reason="unencodable",
+            unconfirmed_ids=[items[i][2].message_id for i in sorted(failed)],
+            failures={str(items[i][2].message_id): why for i, why in failed.items()},
+        )
 
     def prepare(self, routing_keys: set[str]) -> None:
         """Connect and declare for ``routing_keys`` now (publish_many would do it first).

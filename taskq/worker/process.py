@@ -65,6 +65,8 @@ class ChildSpec:
         loglevel: Logging level name.
         log_format: ``text`` or ``json``.
         supervisor_pid: The parent, to notice when it is gone.
+        delay_backend: The delay backend the supervisor chose (``plugin`` or ``tiers``;
+            empty: choose in the process), taken instead of probing the broker again.
     """
 
     app_path: str
@@ -75,6 +77,7 @@ class ChildSpec:
     loglevel: str = "INFO"
     supervisor_pid: int = 0
     log_format: str = "text"
+    delay_backend: str = ""
 
 
 def load_app(path: str) -> App:
@@ -173,6 +176,8 @@ def load_spec_app(spec: ChildSpec) -> App:
     try:
         app = load_app(spec.app_path)
         app.configure(**spec.overrides)
+        if spec.delay_backend:
+            app.adopt_delay_backend(spec.delay_backend)
     except TaskqError as exc:
         logger.error("%s", exc)
         sys.exit(EXIT_FATAL)

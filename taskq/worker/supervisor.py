@@ -234,7 +234,7 @@ class Supervisor:
         connection = open_connection(self.settings, client_name="taskq supervisor")
         try:
             # With the plugin, Q is bound to the delayed exchange wherever it is declared.
-            delayed = self.app.delay_backend_name == "plugin"
+            delayed = self._hand_on_delay_backend() == "plugin"
             channel = declare(connection.channel(), topology.base())
             for queue in self.queues:
                 channel = declare(channel, topology.for_queue(queue, delayed=delayed))
@@ -242,6 +242,14 @@ class Supervisor:
             # Closed before any child starts: children open their own connections.
             if connection.is_open:
                 connection.close()
+
+    def _hand_on_delay_backend(self) -> str:
+        """Choose the delay backend once here; children take it instead of probing again."""
+        kind = self.app.delay_backend_name
+        self._spec = replace(self._spec, delay_backend=kind)
+        if self._relay is not None:
+            self._relay = RelayProcess(self._context, self._spec)
+        return kind
 
     def _start(self, child: _Child) -> None:
         child.slot.clear()

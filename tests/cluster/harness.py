@@ -296,6 +296,21 @@ class ClusterScenario:
         times = [t for t in self.effect_times() if t >= since_epoch]
         return times[0] - since_epoch if times else None
 
+    def lateness_ms(self) -> list[int]:
+        """How late (ms after its ``taskq-eta``) each execution that had an eta started."""
+        if not self.executions_path.exists():
+            return []
+        fields = (line.split() for line in self.executions_path.read_text().splitlines())
+        return sorted(int(f[4]) for f in fields if f[4] != "-")
+
+    def tier_messages(self) -> int:
+        """Messages in the scenario's delay tiers, counted by a live node (incl. dead letters
+        a tier still holds: ``messages`` counts them, ``messages_ready`` does not)."""
+        depths = self.queue_depths()
+        assert isinstance(depths, dict), depths
+        prefix = topo.delay_tier_prefix(self.namespace)
+        return sum(n for name, n in depths.items() if name.startswith(prefix))
+
     def admin(self) -> BrokerAdmin:
         """An admin connection to a live node."""
         node = next(n for n in self.cluster.nodes if n.is_alive())
@@ -309,7 +324,7 @@ class ClusterScenario:
         max_count = 0
         if self.executions_path.exists():
             for line in self.executions_path.read_text().splitlines():
-                _, task_id, _, count = line.split()
+                _, task_id, _, count, _ = line.split()
                 executions[task_id] += 1
                 max_count = max(max_count, int(count))
         with self.engine.connect() as conn:

@@ -4,7 +4,8 @@ The app takes broker, database, namespace, queue and queue types from ``TASKQ_*`
 that each scenario sets for its own processes. Two records tell what happened to a task id
 (the fault suite's convention, tests/faults):
 
-- an *execution*: a line ``<kind> <task id> <pid> <x-delivery-count>`` appended (one short
+- an *execution*: a line ``<kind> <task id> <pid> <x-delivery-count> <late ms>`` appended
+  (``<late ms>``: how long after its eta (``taskq-eta``) it started, ``-`` without one; one short
   ``O_APPEND`` write: atomic between processes) to the file named by
   ``TASKQ_CLUSTER_EXECUTIONS`` when the body starts, outside any transaction: it counts runs;
 - an *effect*: one row in ``cluster_effects``, written by a ``transactional=True`` task in
@@ -38,11 +39,13 @@ effects = sa.Table(
 
 
 def record_execution(kind: str) -> str:
-    """Append ``<kind> <task id> <pid> <delivery count>``; return the task id."""
+    """Append ``<kind> <task id> <pid> <delivery count> <late ms>``; return the task id."""
     request = current_request.get()
     assert request is not None, "called outside a worker"
     count = request.headers.get("x-delivery-count", 0)
-    line = f"{kind} {request.task_id} {os.getpid()} {count}\n".encode()
+    eta = request.eta
+    late = round((time.time() - eta.timestamp()) * 1000) if eta is not None else "-"
+    line = f"{kind} {request.task_id} {os.getpid()} {count} {late}\n".encode()
     fd = os.open(os.environ[EXECUTIONS_ENV], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
         os.write(fd, line)

@@ -145,3 +145,39 @@ def test_a_lost_connection_is_published_again_until_publish_timeout(
             publisher.close()
 
     assert [p.message_id for _, p, _ in broker.get_all(queue)] == ["m-1", "m-2"]
+
+
+def test_an_unencodable_header_is_refused_naming_task_and_queue_not_retried(
+    names: tuple[str, str], broker: Any
+) -> None:
+    import time
+
+    # Given a delayed publisher and a batch in which one message has a float header
+    exchange, queue = names
+    settings = Settings(broker_url=BROKER_URL, publish_timeout_s=30.0)
+    publisher = PluginPublisher(settings, lambda key: stand_in(exchange, queue))
+    bad = WireMessage(b"2", "m-2", {"taskq-task": "shop.charge", "ratio": 0.5})
+    try:
+        # When it publishes the batch
+        started = time.monotonic()
+        with pytest.raises(PublishError) as caught:
+            publisher.publish_many([
+                (exchange, queue, WireMessage(b"1", "m-1")),
+                (exchange, queue, bad),
+                (exchange, queue, WireMessage(b"3", "m-3")),
+            ])
+        took_s = time.monotonic() - started
+        # ... and the publisher still works afterwards
+        publisher.publish_many([(exchange, queue, WireMessage(b"4", "m-4"))])
+    finally:
+        publisher.close()
+
+    # Then only that message is refused, at once (no reconnect, no retry), with a reason
+    # that names the task, the queue and the message; the others were confirmed
+    error = caught.value
+    assert error.reason == "unencodable"
+    assert error.unconfirmed_ids == ["m-2"]
+    assert "shop.charge" in str(error) and queue in str(error) and "m-2" in str(error)
+    assert "float" in str(error)
+    assert took_s < 5.0
+    assert [p.message_id for _, p, _ in broker.get_all(queue)] == ["m-1", "m-3", "m-4"]

@@ -302,7 +302,8 @@ class RabbitCluster:
     here and removes the temporary directory.
     """
 
-    def __init__(self, size: int = 3) -> None:
+    def __init__(self, size: int = 3, *, rabbit_env: dict[str, int] | None = None) -> None:
+        """``rabbit_env``: settings of the ``rabbit`` application (``advanced.config``)."""
         reason = missing_reason()
         if reason is not None:
             import pytest
@@ -317,7 +318,10 @@ class RabbitCluster:
         cookie.chmod(0o400)
         (self.root / "env.conf").write_text("")
         (self.root / "enabled_plugins").write_text("[].\n")
-        (self.root / "advanced.config").write_text("[].\n")
+        entries = ", ".join(f"{{{key}, {value}}}" for key, value in (rabbit_env or {}).items())
+        (self.root / "advanced.config").write_text(
+            f"[{{rabbit, [{entries}]}}].\n" if entries else "[].\n"
+        )
         self.epmd_port = free_port()
         self._epmd: subprocess.Popen[bytes] | None = None
         self.nodes = [RabbitNode(self, index) for index in range(1, size + 1)]

@@ -211,3 +211,29 @@ def test_publish_timeout_and_default_queue_type_settings() -> None:
         Settings.load({"default_queue_type": "stream"}, environ={})
     with pytest.raises(ConfigurationError, match="publish_timeout_s must not be negative"):
         Settings.load({"publish_timeout_s": -1}, environ={})
+
+
+def test_delay_tier_queue_type_follows_default_queue_type_unless_set() -> None:
+    # Unset: the tiers take the work queues' type (a quorum app gets replicated tiers)
+    assert Settings.load({}, environ={}).delay_tier_queue_type == "classic"
+    quorum = Settings.load({"default_queue_type": "quorum"}, environ={})
+    assert quorum.delay_tier_queue_type == "quorum"
+    from_env = Settings.load(environ={"TASKQ_DEFAULT_QUEUE_TYPE": "quorum"})
+    assert from_env.delay_tier_queue_type == "quorum"
+    # ... and keeps following it through replace()
+    assert quorum.replace(default_queue_type="classic").delay_tier_queue_type == "classic"
+
+    # Set explicitly (in code or in the environment), it wins and stays
+    mixed = Settings.load(
+        {"default_queue_type": "quorum", "delay_tier_queue_type": "classic"}, environ={}
+    )
+    assert mixed.delay_tier_queue_type == "classic"
+    assert mixed.replace(default_queue_type="classic", namespace="x").delay_tier_queue_type == (
+        "classic"
+    )
+    pinned = Settings.load(
+        {"default_queue_type": "quorum"}, environ={"TASKQ_DELAY_TIER_QUEUE_TYPE": "classic"}
+    )
+    assert pinned.delay_tier_queue_type == "classic"
+    assert Settings.load({"delay_tier_queue_type": "quorum"}, environ={}).replace(
+        default_queue_type="classic").delay_tier_queue_type == "quorum"
