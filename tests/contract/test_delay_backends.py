@@ -121,7 +121,9 @@ class DelayBackendContract:
     ) -> None:
         # Given a delayed message published by an app that then goes away
         declare_queue(app, queue)
-        result = app.registry.get("tick").apply_async((1,), countdown=1.0)
+        # 3 s: the first delayed publish may spend a second or more declaring quorum tiers
+        # on a busy machine, and the message must still be waiting when it is looked for.
+        result = app.registry.get("tick").apply_async((1,), countdown=3.0)
         app.close()
 
         # Then nothing is in (or unacked from) the work queue: the broker holds it
@@ -131,7 +133,7 @@ class DelayBackendContract:
         # When a consumer that never saw the publisher starts, it gets the message on time
         recorder = ArrivalRecorder(BROKER_URL, queue).start()
         try:
-            wait_until(lambda: recorder.ids() == [result.id], timeout_s=5)
+            wait_until(lambda: recorder.ids() == [result.id], timeout_s=8)
             assert 0 <= recorder.arrivals[0].late_ms < self.precision_ms
         finally:
             recorder.stop()
