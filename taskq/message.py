@@ -31,6 +31,8 @@ TASK = "taskq-task"
 RETRIES = "taskq-retries"
 IDEMPOTENCY_KEY = "taskq-idempotency-key"
 ETA = "taskq-eta"
+# Ordered queues: the key whose tasks run in order (its hash picks the partition).
+ORDERING_KEY = "taskq-ordering-key"
 
 # Headers a dead letter adds (see dead_letter_headers).
 ERROR_TYPE = "taskq-error-type"

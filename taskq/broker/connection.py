@@ -23,6 +23,7 @@ from pika.adapters.utils.connection_workflow import AMQPConnectorException
 from taskq.broker import _management as management
 from taskq.broker.topology import Declarations
 from taskq.errors import BrokerConnectionError, TopologyError
+from taskq.ordering.changes import partition_count_change
 from taskq.settings import Settings, redact_url
 
 logger = logging.getLogger(__name__)
@@ -236,7 +237,9 @@ def _topology_error(
     else:
         actual, existing = _reported_difference(reply_text, expected, kind)
     attributes: dict[str, Any] = {"queue": name} if kind == "queue" else {}
+    changed = partition_count_change(name, expected, actual if complete else None)
     return TopologyError(
+        changed or
         f"{kind} {name!r} already exists with other arguments than taskq declares: taskq "
         f"declares {_describe(expected)}; {existing}. Delete the {kind} (drain it first: "
         f"its messages go with it) so that taskq re-creates it, or change the app's queue "

@@ -86,6 +86,11 @@ class Subscription:
             connection is up. With the plugin each queue is declared with its binding to the
             delayed exchange (:meth:`Topology.for_queue`), so a queue the worker re-creates
             still receives the delayed messages due for it. ``None``: tiers.
+        standby: Queues consumed only ``standby_delay_s`` after ``queues`` on each channel:
+            partitions of ordered queues that other processes registered for first (single
+            active consumer activates the first registered consumer; see
+            :mod:`taskq.ordering.spread`).
+        standby_delay_s: See ``standby``.
     """
 
     def __init__(
@@ -96,8 +101,11 @@ class Subscription:
         *,
         client_name: str,
         delay_backend: Callable[[], str] | None = None,
+        standby: Sequence[str] = (),
+        standby_delay_s: float = 0.0,
     ) -> None:
         self._settings = settings
+        self._standby, self._standby_delay_s = tuple(standby), standby_delay_s
         self._delay_backend = delay_backend
         self._topology = topology
         self._queues = tuple(queues)
@@ -308,6 +316,10 @@ class Subscription:
         if self._consuming_wanted:
             for name in self._queues:
                 channel.basic_consume(name, functools.partial(self._on_message, name))
+            if self._standby:
+                connection.call_later(
+                    self._standby_delay_s, functools.partial(self._consume_standby, channel)
+                )
         connection.call_later(_TICK_S, self._tick)
         log = logger.warning if attempt or self._connections > 1 else logger.info
         params = connection._impl.params  # the node that answered (broker_url may name several)
@@ -320,11 +332,18 @@ class Subscription:
         channel = connection.channel()
         channel = declare(channel, self._topology.base())
         delayed = self._uses_delay_plugin()
-        for name in self._queues:
+        for name in (*self._queues, *self._standby):
             channel = declare(channel, self._topology.for_queue(name, delayed=delayed))
         channel.basic_qos(prefetch_count=self._settings.prefetch_count)
         channel.add_on_cancel_callback(self._on_broker_cancel)
         return channel
+
+    def _consume_standby(self, channel: BlockingChannel) -> None:
+        live = self._channel  # a channel given up meanwhile: the next one schedules its own
+        if live is channel and live is not None and live.is_open and self._consuming_wanted:
+            for name in self._standby:
+                live.basic_consume(name, functools.partial(self._on_message, name))
+            logger.info("registered as standby consumer of %s", ", ".join(self._standby))
 
     def _uses_delay_plugin(self) -> bool:
         if self._delay_backend is None:

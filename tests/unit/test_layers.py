@@ -14,6 +14,8 @@ LAYERS = {
         "errors", "settings", "codec", "message", "received", "republish", "retry", "request",
         "broker.topology",
         "_clock",
+        "ordering", "ordering.keys", "ordering.arguments", "ordering.changes",
+        "ordering.routing", "ordering.spread",
     },
     2: {
         "broker", "broker.connection", "broker.publisher", "broker.subscription", "db",
@@ -23,6 +25,7 @@ LAYERS = {
         "app", "task", "registry", "middleware", "outbox", "outbox.relay", "worker", "dlq",
         "status",
         "eager",
+        "ordering.in_place",
     },
     4: {"cli", "testing", "contrib", "__main__", "__init__"},
 }

@@ -1,0 +1,176 @@
+"""Ordered queues end to end: ``taskq worker`` processes, the shared broker, PostgreSQL.
+
+Each test has its own namespace, ordered queue (16 partitions) and PostgreSQL schema. Tasks
+record one effect row per finished run in their own transaction (tests/ordering_tasks.py), so
+the rows tell the order per key, gaps and repeats, which process ran what and when.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from taskq import App
+from tests import ordering_tasks
+from tests.support.waiting import wait_until
+from tests.system.ordering import (
+    bound,
+    effect_count,
+    effects,
+    max_parallel_partitions,
+    order_problems,
+)
+from tests.system.workers import Worker
+
+pytestmark = pytest.mark.slow
+
+PARTITIONS = 16
+
+
+@pytest.fixture
+def queue(namespace: str) -> str:
+    """The test's ordered queue."""
+    return f"{namespace}.ledger"
+
+
+@pytest.fixture
+def app(make_app: Callable[..., App], postgres_url: str, queue: str) -> Iterator[App]:
+    """The test's app on PostgreSQL with the ordered queue, and the effects table."""
+    engine = sa.create_engine(postgres_url)
+    ordering_tasks.effects_metadata.create_all(engine)
+    app = make_app(database_url=postgres_url)
+    app.queue(queue, partitions=PARTITIONS)
+    yield app
+    ordering_tasks.effects_metadata.drop_all(engine)
+    engine.dispose()
+
+
+@pytest.fixture
+def start(start_worker: Callable[..., Worker], queue: str) -> Callable[..., Worker]:
+    """Start ``taskq worker -A tests.ordering_tasks:app`` with ``args`` on the test's queue."""
+
+    def run(*args: str, env: dict[str, str] | None = None, **options: Any) -> Worker:
+        return start_worker(
+            *args, app_path="tests.ordering_tasks:app", loglevel="INFO",
+            env={"TASKQ_TEST_ORDERED_QUEUE": queue, "TASKQ_TEST_PARTITIONS": str(PARTITIONS),
+                 **(env or {})},
+            **options,
+        )
+
+    return run
+
+
+def _calls(keys: int, per_key: int, seed: int) -> tuple[list[tuple[str, int, int]],
+                                                       dict[str, list[int]]]:
+    rand = random.Random(seed)
+    names = [f"acct-{k}" for k in range(keys)]
+    calls = [(key, seq, rand.randint(1, 30)) for seq in range(per_key) for key in names]
+    return calls, {key: list(range(per_key)) for key in names}
+
+
+def _wait_effects(url: str, count: int, worker: Worker, timeout_s: float) -> None:
+    wait_until(
+        lambda: effect_count(url) >= count, timeout_s=timeout_s, interval_s=0.2,
+        message=lambda: f"{count} effects, got {effect_count(url)}; log:\n{worker.log()[-4000:]}",
+    )
+
+
+def test_each_key_runs_in_enqueue_order_while_partitions_run_in_parallel(
+    app: App, queue: str, postgres_url: str, start: Callable[..., Worker]
+) -> None:
+    # Given 4 worker processes on a 16-partition queue
+    worker = start("-c", "4")
+    worker.wait_consuming(4)
+    calls, expected = _calls(keys=50, per_key=40, seed=16)
+    # When 50 keys x 40 tasks of 1-30 ms are sent in bulk (map/starmap routing)
+    bound(app, ordering_tasks.step, queue).starmap(calls)
+    _wait_effects(postgres_url, len(calls), worker, timeout_s=90)
+    # Then every key's effects are exactly its enqueue order, and partitions ran in parallel
+    rows = effects(postgres_url)
+    assert order_problems(rows, expected) == []
+    assert len(rows) == len(calls)
+    assert max_parallel_partitions(rows) >= 3
+    assert len({row.pid for row in rows}) == 4  # the partitions spread over every process
+
+
+def test_order_and_exactly_once_survive_a_process_killed_every_half_second(
+    app: App, queue: str, postgres_url: str, start: Callable[..., Worker]
+) -> None:
+    # Given 4 worker processes that may be killed many times (no crash-loop dead letters)
+    worker = start("-c", "4", env={"TASKQ_MAX_PROCESS_DEATHS": "1000"})
+    worker.wait_consuming(4)
+    calls, expected = _calls(keys=50, per_key=40, seed=17)
+    bound(app, ordering_tasks.step, queue).starmap(calls)
+    # When one worker process is killed -9 every 500 ms for 15 s
+    rand = random.Random(17)
+    kills = 0
+    ends_at = time.monotonic() + 15
+    while time.monotonic() < ends_at:
+        children = sorted(worker.children())
+        if children:
+            os.kill(rand.choice(children), signal.SIGKILL)
+            kills += 1
+        time.sleep(0.5)  # the fault schedule itself, not a wait for a condition
+    _wait_effects(postgres_url, len(calls), worker, timeout_s=120)
+    # Then order is exact per key and every effect happened once (no loss, no duplicate)
+    rows = effects(postgres_url)
+    assert kills >= 25
+    assert order_problems(rows, expected) == []
+    assert len(rows) == len(calls)
+    assert len({row.task_id for row in rows}) == len(calls)
+
+
+def test_a_task_retried_in_place_runs_before_the_later_tasks_of_its_key(
+    app: App, queue: str, postgres_url: str, start: Callable[..., Worker]
+) -> None:
+    worker = start("-c", "2")
+    worker.wait_consuming(2)
+    # Given a task of key K that fails twice then succeeds, followed by 10 more of K
+    bound(app, ordering_tasks.flaky, queue).apply_async(("K", 0, 2))
+    bound(app, ordering_tasks.step, queue).starmap([("K", seq, 1) for seq in range(1, 11)])
+    _wait_effects(postgres_url, 11, worker, timeout_s=30)
+    rows = effects(postgres_url)
+    # Then they ran after it, in order; it ran on its third attempt, in place
+    assert [row.seq for row in rows] == list(range(11))
+    assert rows[0].retries == 2
+    assert worker.log().count("in place") == 2
+    assert all(row.started >= rows[0].finished for row in rows[1:])
+
+
+def test_each_partition_is_active_on_one_supervisor_and_moves_when_it_stops(
+    app: App, queue: str, postgres_url: str, start: Callable[..., Worker]
+) -> None:
+    # Given two `taskq worker` supervisors ("hosts") with 2 processes each on one queue
+    first, second = start("-c", "2"), start("-c", "2")
+    first.wait_consuming(2)
+    second.wait_consuming(2)
+    wait_until(lambda: "standby consumer" in first.log() and "standby consumer" in second.log(),
+               timeout_s=20, message="both supervisors registered their standbys")
+    first_pids, second_pids = first.children(), second.children()
+    step = bound(app, ordering_tasks.step, queue)
+    keys = [f"acct-{k}" for k in range(64)]
+    step.starmap([(key, 0, 5) for key in keys])
+    _wait_effects(postgres_url, len(keys), first, timeout_s=30)
+    rows = effects(postgres_url)
+    # Then each partition ran on exactly one of them; every partition was served
+    by_partition: dict[str, set[str]] = {}
+    for row in rows:
+        host = "first" if row.pid in first_pids else "second" if row.pid in second_pids else "?"
+        by_partition.setdefault(row.queue, set()).add(host)
+    assert len(by_partition) == PARTITIONS
+    assert all(len(hosts) == 1 and "?" not in hosts for hosts in by_partition.values())
+    # When the first supervisor stops, its partitions move to the second
+    first.signal(signal.SIGTERM)
+    assert first.wait(30) == 0
+    step.starmap([(key, 1, 5) for key in keys])
+    _wait_effects(postgres_url, 2 * len(keys), second, timeout_s=30)
+    later = [row for row in effects(postgres_url) if row.seq == 1]
+    assert {row.pid for row in later} <= second_pids
+    assert len({row.queue for row in later}) == PARTITIONS
