@@ -26,6 +26,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# Re-exported (``X as X``): the declaration records were defined here before.
+from taskq.broker.specs import BindingSpec as BindingSpec
+from taskq.broker.specs import Declarations as Declarations
+from taskq.broker.specs import DelayTierDeclarations as DelayTierDeclarations
+from taskq.broker.specs import ExchangeSpec as ExchangeSpec
+from taskq.broker.specs import HeaderBindingSpec as HeaderBindingSpec
+from taskq.broker.specs import QueueSpec as QueueSpec
 from taskq.errors import ConfigurationError
 from taskq.ordering.keys import (
     PARTITIONS_ARGUMENT,
@@ -144,41 +151,6 @@ class QueueOptions:
 DEFAULT_DELIVERY_LIMIT = 10_000
 
 
-@dataclass(frozen=True)
-class ExchangeSpec:
-    """One exchange to declare."""
-
-    name: str
-    type: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class QueueSpec:
-    """One durable queue to declare."""
-
-    name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class BindingSpec:
-    """Bind ``queue`` to ``exchange`` with ``routing_key``."""
-
-    queue: str
-    exchange: str
-    routing_key: str
-
-
-@dataclass(frozen=True)
-class Declarations:
-    """What to declare, in order: exchanges, then queues, then bindings."""
-
-    exchanges: tuple[ExchangeSpec, ...] = ()
-    queues: tuple[QueueSpec, ...] = ()
-    bindings: tuple[BindingSpec, ...] = ()
-
-
 def validate_queue_name(name: str) -> str:
     """Return ``name`` if it can be a work queue, else raise ``ConfigurationError``."""
     if not name or len(name) > 200 or not _QUEUE_NAME_RE.match(name):
@@ -273,27 +245,6 @@ DELAY_LEVEL_HEADER_PREFIX = "taskq-delay-level-"
 # value and type class, so the bindings and the messages both use these ints.
 DELAY_LEVEL_WAIT = 1
 DELAY_LEVEL_PASS = 0
-
-
-@dataclass(frozen=True)
-class HeaderBindingSpec:
-    """Bind ``destination`` to the headers exchange ``source`` for messages matching ``arguments``.
-
-    ``destination`` is an exchange (an exchange-to-exchange binding) when ``to_exchange``.
-    """
-
-    source: str
-    destination: str
-    arguments: dict[str, Any]
-    to_exchange: bool = False
-
-
-@dataclass(frozen=True)
-class DelayTierDeclarations:
-    """The delay tiers: exchanges and queues, then the headers bindings between them."""
-
-    declarations: Declarations
-    header_bindings: tuple[HeaderBindingSpec, ...]
 
 
 def delay_tier_queue_arguments(namespace: str, level: int, queue_type: str) -> dict[str, Any]:

@@ -9,9 +9,9 @@ same holds for send-backs (taskq's database unreachable, a key claimed elsewhere
 that arrived before its eta is a delayed task: it goes back through the delay backend and
 enters its partition when due, as any delayed task does.
 
-If the worker is asked to stop while waiting, the delivery is rejected with requeue: RabbitMQ
-puts it back at its place at the head of the partition (the later ones, unacked, return with
-the channel), and the next consumer starts with it; its ``taskq-retries`` starts again from
+If the worker is asked to stop while waiting, the delivery is left unacked: the loop stops,
+and closing the channel returns it and the later deliveries to their places at the head of
+the partition, and the next consumer starts with it; its ``taskq-retries`` starts again from
 the value it was published with. If the channel is lost meanwhile, the broker has already
 requeued it; nothing is sent.
 """
@@ -127,7 +127,9 @@ class InPlaceRetrier(Retrier):
             if delivery.generation != self._generation():
                 return False  # its channel is gone: the broker requeued it at its place
             if self._is_stopping():
-                delivery.reject(requeue=True)  # back to the head of its partition
+                # Left unacked: the loop stops, and closing the channel returns it and the
+                # later deliveries of its partition to their places, before the standby
+                # consumer gets any (a requeue now could reach it behind later ones).
                 return False
             left = deadline - time.monotonic()
             self._alive_at.value = time.monotonic()

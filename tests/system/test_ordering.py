@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,6 +21,7 @@ import sqlalchemy as sa
 
 from taskq import App
 from tests import ordering_tasks
+from tests.conftest import BROKER_URL
 from tests.support.waiting import wait_until
 from tests.system.ordering import (
     bound,
@@ -27,7 +30,7 @@ from tests.system.ordering import (
     max_parallel_partitions,
     order_problems,
 )
-from tests.system.workers import Worker
+from tests.system.workers import ROOT, Worker
 
 pytestmark = pytest.mark.slow
 
@@ -100,6 +103,7 @@ def test_each_key_runs_in_enqueue_order_while_partitions_run_in_parallel(
     assert len({row.pid for row in rows}) == 4  # the partitions spread over every process
 
 
+@pytest.mark.faults  # a kill storm: runs with the fault suite (`make faults`, CI)
 def test_order_and_exactly_once_survive_a_process_killed_every_half_second(
     app: App, queue: str, postgres_url: str, start: Callable[..., Worker]
 ) -> None:
@@ -174,3 +178,74 @@ def test_each_partition_is_active_on_one_supervisor_and_moves_when_it_stops(
     later = [row for row in effects(postgres_url) if row.seq == 1]
     assert {row.pid for row in later} <= second_pids
     assert len({row.queue for row in later}) == PARTITIONS
+
+
+@pytest.fixture
+def start_relay(
+    app: App, namespace: str, queue: str, tmp_path: Any
+) -> Iterator[Callable[..., Worker]]:
+    """Factory: ``taskq relay -A tests.ordering_tasks:app`` subprocesses, killed at the end."""
+    relays: list[Worker] = []
+
+    def start(**settings: str) -> Worker:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")},
+            "PYTHONPATH": str(ROOT), "TASKQ_BROKER_URL": BROKER_URL,
+            "TASKQ_NAMESPACE": namespace, "TASKQ_DEFAULT_QUEUE": app.settings.default_queue,
+            "TASKQ_DATABASE_URL": app.settings.database_url,
+            "TASKQ_TEST_ORDERED_QUEUE": queue, "TASKQ_TEST_PARTITIONS": str(PARTITIONS),
+            **{f"TASKQ_{name.upper()}": value for name, value in settings.items()},
+        }
+        log_path = tmp_path / f"relay-{len(relays) + 1}.log"
+        with open(log_path, "wb") as log:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "taskq", "relay", "-A", "tests.ordering_tasks:app",
+                 "--loglevel", "INFO"],
+                cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        relays.append(Worker(process, log_path))
+        return relays[-1]
+
+    yield start
+    for relay in relays:
+        relay.kill_tree()
+
+
+def test_two_relays_publish_each_keys_outbox_rows_in_commit_order(
+    app: App, queue: str, postgres_url: str, start: Callable[..., Worker],
+    start_relay: Callable[..., Worker],
+) -> None:
+    # Given 20 keys x 25 tasks committed one transaction each through the outbox
+    step = bound(app, ordering_tasks.step, queue)
+    calls, expected = _calls(keys=20, per_key=25, seed=18)
+    for key, seq, _ in calls:
+        with app.engine.begin() as conn:
+            step.apply_async((key, seq, 0), session=conn)
+    # When two relays with small batches race for them, and a worker runs what they publish
+    relays = [start_relay(outbox_batch_size="7", outbox_poll_interval_s="0.05") for _ in "ab"]
+    worker = start("-c", "2")
+    _wait_effects(postgres_url, len(calls), worker, timeout_s=90)
+    # Then each key's tasks ran in commit order, once each
+    rows = effects(postgres_url)
+    assert order_problems(rows, expected) == []
+    assert len(rows) == len(calls)
+    assert all(relay.process.poll() is None for relay in relays)  # both relays were running
+
+
+def test_a_task_out_of_retries_goes_to_the_dlq_and_its_key_continues(
+    app: App, queue: str, postgres_url: str, start: Callable[..., Worker], broker: Any
+) -> None:
+    worker = start("-c", "1")
+    worker.wait_consuming(1)
+    # Given a task of key K that always fails (3 retries in place), then 3 more of K
+    failing = bound(app, ordering_tasks.flaky, queue).apply_async(("K", 0, 99))
+    bound(app, ordering_tasks.step, queue).starmap([("K", seq, 1) for seq in range(1, 4)])
+    _wait_effects(postgres_url, 3, worker, timeout_s=30)
+    # Then it is parked in Q.dlq with its reason and the key went on in order
+    parked = broker.get_all(f"{queue}.dlq")
+    assert [props.message_id for _, props, _ in parked] == [failing.id]
+    headers = parked[0][1].headers
+    assert headers["taskq-error-type"] == "Flaky"
+    assert headers["taskq-attempts"] == 4
+    assert headers["taskq-origin-queue"].startswith(f"{queue}.p")
+    assert [row.seq for row in effects(postgres_url)] == [1, 2, 3]

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "taskq"
 LAYERS = {
     1: {
         "errors", "settings", "codec", "message", "received", "republish", "retry", "request",
-        "broker.topology",
+        "broker.topology", "broker.specs",
         "_clock",
         "ordering", "ordering.keys", "ordering.arguments", "ordering.changes",
         "ordering.routing", "ordering.spread",
