@@ -21,9 +21,9 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
 from taskq.broker import _management as management
+from taskq.broker.partition_check import check_partition_count
 from taskq.broker.topology import Declarations
 from taskq.errors import BrokerConnectionError, TopologyError
-from taskq.ordering.changes import partition_count_change
 from taskq.settings import Settings, redact_url
 
 logger = logging.getLogger(__name__)
@@ -169,13 +169,17 @@ def declare(channel: BlockingChannel, declarations: Declarations) -> BlockingCha
     for a reopened one).
 
     Raises:
-        TopologyError: an exchange or queue exists with other arguments (the broker answered
+        TopologyError: an ordered queue exists with another partition count
+            (:mod:`taskq.broker.partition_check`), or an exchange or queue exists with other
+            arguments (the broker answered
             PRECONDITION_FAILED). Its text names the object and both argument sets;
             attributes: ``name``, ``kind``, ``queue`` (for queues), ``expected``,
             ``actual`` (what is known of the existing arguments), ``actual_complete``,
             ``broker_reply``, and ``channel``: pika closes a channel on that error, so a
             fresh channel of the same connection (``None`` if the connection is gone).
     """
+    for queue_name, partitions in declarations.partition_checks:
+        check_partition_count(channel.connection, queue_name, partitions)
     for exchange in declarations.exchanges:
         _guarded(
             channel, "exchange", exchange.name, {"type": exchange.type, **exchange.arguments}
@@ -237,9 +241,7 @@ def _topology_error(
     else:
         actual, existing = _reported_difference(reply_text, expected, kind)
     attributes: dict[str, Any] = {"queue": name} if kind == "queue" else {}
-    changed = partition_count_change(name, expected, actual if complete else None)
     return TopologyError(
-        changed or
         f"{kind} {name!r} already exists with other arguments than taskq declares: taskq "
         f"declares {_describe(expected)}; {existing}. Delete the {kind} (drain it first: "
         f"its messages go with it) so that taskq re-creates it, or change the app's queue "

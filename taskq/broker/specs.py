@@ -37,11 +37,16 @@ class BindingSpec:
 
 @dataclass(frozen=True)
 class Declarations:
-    """What to declare, in order: exchanges, then queues, then bindings."""
+    """What to declare, in order: partition checks, exchanges, then queues, then bindings.
+
+    ``partition_checks``: ``(queue, partitions)`` of ordered queues whose existing partition
+    queues must number exactly ``partitions`` (:mod:`taskq.broker.partition_check`).
+    """
 
     exchanges: tuple[ExchangeSpec, ...] = ()
     queues: tuple[QueueSpec, ...] = ()
     bindings: tuple[BindingSpec, ...] = ()
+    partition_checks: tuple[tuple[str, int], ...] = ()
 
 
 @dataclass(frozen=True)

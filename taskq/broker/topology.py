@@ -438,9 +438,11 @@ class Topology:
             )
         if not delayed:
             return declarations
-        plugin = self.delayed_exchange(queue)
+        plugin = [self.delayed_exchange(name) for name in self.partition_queues(queue) or [queue]]
         return Declarations(
-            plugin.exchanges, declarations.queues, declarations.bindings + plugin.bindings
+            plugin[0].exchanges, declarations.queues,
+            declarations.bindings + tuple(b for p in plugin for b in p.bindings),
+            declarations.partition_checks,
         )
 
     def _partitions_declarations(self, queue: str, options: QueueOptions) -> Declarations:
@@ -463,7 +465,8 @@ class Topology:
         bindings = [BindingSpec(name, self.exchange, name) for name in names]
         bindings += [BindingSpec(dlq_name(base), self.dlx, name) for name in names]
         return Declarations(
-            queues=(*queues, QueueSpec(dlq_name(base), dlq_arguments)), bindings=tuple(bindings)
+            queues=(*queues, QueueSpec(dlq_name(base), dlq_arguments)), bindings=tuple(bindings),
+            partition_checks=((base, options.partitions or 1),),
         )
 
     def delay_tiers(self, queue_type: str = "classic") -> DelayTierDeclarations:

@@ -2,9 +2,10 @@
 
 Changing ``partitions`` of an ordered queue would move most keys to other partitions while
 their earlier messages still wait in the old ones, so a key's later tasks could run before its
-earlier ones. Each partition queue is therefore declared with ``x-taskq-partitions``; the
-broker refuses a declaration with another count (PRECONDITION_FAILED), and this module turns
-that refusal into the migration steps. Pure: no I/O.
+earlier ones. RabbitMQ does not compare custom arguments such as ``x-taskq-partitions`` (which
+each partition carries, for people reading the broker), so
+:mod:`taskq.broker.partition_check` looks at which partition queues exist, and this module
+words the refusal with the migration steps. Pure: no I/O.
 """
 
 from __future__ import annotations
