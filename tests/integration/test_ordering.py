@@ -6,16 +6,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import pika
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from taskq import App, TopologyError
+from taskq.broker import _management as management
 from taskq.broker.connection import declare, open_connection
 from taskq.db import utcnow
 from taskq.ordering.keys import partition_of
 from taskq.outbox.store import OutboxStore
 from taskq.schema import outbox_table
+from taskq.status import collect, render
+from tests.faults.services import PrivateRabbit
+from tests.support.rabbitmq_nodes import answers, free_port
 from tests.support.waiting import wait_until
 
 
@@ -128,3 +133,89 @@ def test_changing_the_partition_count_is_refused_with_the_migration_steps(
     assert "To migrate" in str(caught.value)
     # Nothing was published anywhere, nor were new partitions created
     assert not broker.exists(f"{namespace}.ledger.p{max(count, 16)}")
+
+
+class _ManagedRabbit(PrivateRabbit):
+    """A private node with the management plugin on a port of its own."""
+
+    def __init__(self) -> None:
+        self.management_port = free_port()
+        super().__init__()
+
+    def _write_files(self) -> None:
+        super()._write_files()
+        (self.root / "enabled_plugins").write_text("[rabbitmq_management].\n")
+        with open(self.root / "rabbitmq.conf", "a") as conf:
+            conf.write(f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = "
+                       f"{self.management_port}\n")
+
+
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
+def test_status_shows_each_partitions_depth_and_says_the_active_consumer_is_unknown(
+    ledger: App,
+) -> None:
+    # The shared broker has no management plugin: depths yes, active consumer unknown
+    post = ledger.registry.get("post")
+    for seq in range(3):
+        post.delay("acct-42", seq)
+    status = collect(ledger)
+    (ordered,) = status.ordered
+    depths = {p.name: p.ready for p in ordered.partitions}
+    assert depths[_partition(ledger, "acct-42")] == 3
+    assert sum(depths.values()) == 3
+    assert not ordered.active_known
+    text = render(status)
+    assert f"{_partition(ledger, 'acct-42')}" in text and "unknown" in text
+    assert "enable rabbitmq_management" in text
+    row = next(q for q in status.queues if q.name == post.queue)
+    assert (row.exists, row.ready) == (True, 3)  # the ordered queue's total
+
+
+@pytest.mark.slow
+def test_status_names_the_active_consumer_of_each_partition_with_the_management_api(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Any, namespace: str
+) -> None:
+    node = _ManagedRabbit()
+    try:
+        node.start()
+        wait_until(lambda: answers(node.management_port), timeout_s=60,
+                   message="the management API of the private node")
+        monkeypatch.setattr(management, "MANAGEMENT_PORT", node.management_port)
+        app = App("managed", broker_url=node.url, namespace=namespace,
+                  database_url=f"sqlite:///{tmp_path}/t.db")
+        app.queue("ledger", partitions=2)
+        # Two consumers on each partition: the first registered is the active one
+        first, second = (_named_connection(node.url, name) for name in ("first", "second"))
+        try:
+            channel = declare(first.channel(), app.topology.base())
+            declare(channel, app.topology.for_queue("ledger"))
+            for connection in (first, second):
+                ch = connection.channel()
+                for name in app.topology.partition_queues("ledger"):
+                    ch.basic_consume(name, lambda *a: None)
+            status = wait_until(
+                lambda: (s := collect(app)).ordered and all(
+                    p.active for p in s.ordered[0].partitions) and s,
+                timeout_s=30, message="active consumers reported by the management API",
+            )
+            (ordered,) = status.ordered
+            assert ordered.active_known
+            assert all(p.consumers == 2 for p in ordered.partitions)
+            assert [p.active for p in ordered.partitions] == ["first", "first"]
+            assert "first" in render(status)
+            # When the active one goes, the other one is active
+            first.close()
+            wait_until(lambda: [p.active for p in collect(app).ordered[0].partitions]
+                       == ["second", "second"], timeout_s=30, message="the failover shown")
+        finally:
+            for connection in (first, second):
+                if connection.is_open:
+                    connection.close()
+    finally:
+        node.close()
+
+
+def _named_connection(url: str, name: str) -> pika.BlockingConnection:
+    params = pika.URLParameters(url)
+    params.client_properties = {"connection_name": name}
+    return pika.BlockingConnection(params)

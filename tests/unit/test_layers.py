@@ -25,7 +25,7 @@ LAYERS = {
         "app", "task", "registry", "middleware", "outbox", "outbox.relay", "worker", "dlq",
         "status",
         "eager",
-        "ordering.in_place",
+        "ordering.in_place", "ordering.status",
     },
     4: {"cli", "testing", "contrib", "__main__", "__init__"},
 }
