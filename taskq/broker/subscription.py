@@ -318,7 +318,8 @@ class Subscription:
         channel = connection.channel()
         channel = declare(channel, self._topology.base())
         delayed = self._uses_delay_plugin()
-        for name in (*self._queues, *self._standby):
+        declared_as = self._topology.declared_as  # an ordered queue once, not per partition
+        for name in dict.fromkeys(declared_as(n) for n in (*self._queues, *self._standby)):
             channel = declare(channel, self._topology.for_queue(name, delayed=delayed))
         channel.basic_qos(prefetch_count=self._settings.prefetch_count)
         channel.add_on_cancel_callback(self._on_broker_cancel)

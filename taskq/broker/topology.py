@@ -388,10 +388,10 @@ class Topology:
         """The partition queue names of ``queue`` (empty if it is not ordered)."""
         return [partition_queue_name(queue, i) for i in range(self.partitions(queue) or 0)]
 
-    def dlq_of(self, name: str) -> str:
-        """The parking lot of a work queue or of a partition (its ordered queue's)."""
+    def declared_as(self, name: str) -> str:
+        """The queue whose declaration creates ``name``: its ordered queue for a partition."""
         parent = self.ordered_parent(name)
-        return dlq_name(parent[0] if parent is not None else name)
+        return parent[0] if parent is not None else name
 
     def check_priority(self, queue: str, priority: int, task: str) -> None:
         """Refuse a message priority that ``queue`` would silently ignore.
@@ -446,14 +446,15 @@ class Topology:
         )
 
     def _partitions_declarations(self, queue: str, options: QueueOptions) -> Declarations:
-        """Every partition queue of ``queue`` (or the one named), and ``queue.dlq``.
+        """Every partition queue of ``queue`` (or of the one named), and ``queue.dlq``.
 
-        Each partition dead-letters with its own name as routing key and ``queue.dlq`` is
-        bound with each, so ``taskq-origin-queue`` and a replay lead back to the partition.
+        All partitions at once, even for one: the partition-count check (see
+        :mod:`taskq.broker.partition_check`) needs them all or none. Each partition
+        dead-letters with its own name as routing key and ``queue.dlq`` is bound with each,
+        so ``taskq-origin-queue`` and a replay lead back to the partition.
         """
-        parent = self.ordered_parent(queue)
-        names = [queue] if parent is not None else self.partition_queues(queue)
-        base = parent[0] if parent is not None else queue
+        base = self.declared_as(queue)
+        names = self.partition_queues(base)
         quorum = options.type == "quorum"
         dlq_arguments: dict[str, Any] = {"x-queue-type": "quorum"} if quorum else {}
         queues = [
