@@ -20,6 +20,8 @@ import pytest
 import sqlalchemy as sa
 
 from taskq import App
+from taskq.dlq import replay
+from taskq.ordering.keys import partition_of
 from tests import ordering_tasks
 from tests.conftest import BROKER_URL
 from tests.support.waiting import wait_until
@@ -241,11 +243,19 @@ def test_a_task_out_of_retries_goes_to_the_dlq_and_its_key_continues(
     failing = bound(app, ordering_tasks.flaky, queue).apply_async(("K", 0, 99))
     bound(app, ordering_tasks.step, queue).starmap([("K", seq, 1) for seq in range(1, 4)])
     _wait_effects(postgres_url, 3, worker, timeout_s=30)
-    # Then it is parked in Q.dlq with its reason and the key went on in order
+    # Then it is parked in Q.dlq and the key went on in order
+    wait_until(lambda: broker.depth(f"{queue}.dlq") == 1, timeout_s=10, message="parked")
+    assert [row.seq for row in effects(postgres_url)] == [1, 2, 3]
+    assert worker.log().count("in place") == 3
+    # And a replay sends it back to its partition (where it runs, and fails, again)
+    assert replay(app, queue).replayed == 1
+    wait_until(lambda: worker.log().count("in place") == 6 and broker.depth(f"{queue}.dlq"),
+               timeout_s=30, message=lambda: f"parked again; log:\n{worker.log()[-3000:]}")
+    assert broker.depth(f"{app.settings.namespace}.unroutable") == 0  # nothing went astray
+    # With its reason and its partition as origin
     parked = broker.get_all(f"{queue}.dlq")
     assert [props.message_id for _, props, _ in parked] == [failing.id]
     headers = parked[0][1].headers
     assert headers["taskq-error-type"] == "Flaky"
     assert headers["taskq-attempts"] == 4
-    assert headers["taskq-origin-queue"].startswith(f"{queue}.p")
-    assert [row.seq for row in effects(postgres_url)] == [1, 2, 3]
+    assert headers["taskq-origin-queue"] == f"{queue}.p{partition_of('K', PARTITIONS)}"
