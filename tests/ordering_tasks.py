@@ -77,3 +77,16 @@ def flaky(key: str, seq: int, failures: int, *, session: Any) -> None:
 @app.task(queue=QUEUE, ordering_key="key", idempotent=False)
 def noop(key: str) -> None:
     """Do nothing (the benchmark)."""
+
+
+@app.task(
+    queue=QUEUE, ordering_key="key", max_retries=3, retry_backoff=0.3, retry_jitter=False,
+    autoretry_for=(Flaky,),
+)
+def flaky_line(key: str, seq: int, failures: int, path: str) -> None:
+    """Idempotent, not transactional: fail ``failures`` attempts, then append a line."""
+    retries = flaky_line.request.retries
+    if retries < failures:
+        raise Flaky(f"attempt {retries + 1} of {key}/{seq} fails on purpose")
+    with open(path, "a", encoding="utf-8") as file:
+        file.write(f"{key} {seq} {retries} {os.getpid()}\n")

@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -148,6 +149,25 @@ def test_a_task_retried_in_place_runs_before_the_later_tasks_of_its_key(
     assert rows[0].retries == 2
     assert worker.log().count("in place") == 2
     assert all(row.started >= rows[0].finished for row in rows[1:])
+
+
+def test_an_idempotent_task_retried_in_place_keeps_its_keys_order(
+    app: App, queue: str, start: Callable[..., Worker], tmp_path: Any
+) -> None:
+    # The idempotency pre-check of prefetched deliveries stays on (not transactional)
+    worker = start("-c", "1")
+    worker.wait_consuming(1)
+    path = str(tmp_path / "lines.txt")
+    task = bound(app, ordering_tasks.flaky_line, queue)
+    task.apply_async(("K", 0, 2, path))
+    task.starmap([("K", seq, 0, path) for seq in range(1, 6)])
+    lines_file = Path(path)
+    wait_until(lambda: lines_file.exists() and len(lines_file.read_text().splitlines()) >= 6,
+               timeout_s=30, message=lambda: worker.log()[-3000:])
+    lines = [line.split() for line in lines_file.read_text().splitlines()]
+    assert [(k, int(seq), int(r)) for k, seq, r, _ in lines] == [
+        ("K", 0, 2), *(("K", seq, 0) for seq in range(1, 6))
+    ]
 
 
 def test_each_partition_is_active_on_one_supervisor_and_moves_when_it_stops(
