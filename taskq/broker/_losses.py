@@ -1,9 +1,10 @@
-"""How the consumer waits and what it logs after losing its connection or channel."""
+"""How the consumer waits and logs after losing its connection, and how it drops one."""
 
 from __future__ import annotations
 
 import logging
 import random
+from typing import Any
 
 import pika.exceptions
 
@@ -43,3 +44,25 @@ def log_loss(exc: BaseException, delay_s: float, attempt: int) -> None:
         "broker connection lost (%s: %s); reconnecting in %.1fs (attempt %d)",
         type(exc).__name__, exc or "no detail", delay_s, attempt,
     )
+
+
+def drop_connection(connection: Any) -> None:
+    """Close ``connection``'s TCP socket without AMQP's closing handshake.
+
+    For a consumer of ordered partitions (``x-single-active-consumer``). pika's ``close()``
+    first cancels every consumer (``basic.cancel``), upon which RabbitMQ makes each partition's
+    standby consumer active at once and hands it the next messages, while this process still
+    holds earlier ones unacked: those go back to the queue only when the channel closes,
+    *behind* what the standby got meanwhile. When the connection drops instead, the broker
+    ends the channel as one event: its unacked messages go back to their places, then the
+    next consumer becomes active, as when a worker process dies. Acks already written to the
+    socket are still sent (the kernel flushes them before the FIN) and processed first.
+    """
+    transport = getattr(getattr(connection, "_impl", None), "_transport", None)
+    if transport is None:
+        return
+    transport.abort()
+    try:
+        connection.process_data_events(0)  # lets pika see the loss and finalize
+    except (pika.exceptions.AMQPError, OSError):
+        logger.debug("connection dropped", exc_info=True)

@@ -5,6 +5,9 @@ RabbitMQ compares only the arguments it knows when a queue is declared again, so
 queues tell instead: with ``N`` partitions wanted, ``Q.p<N>`` must not exist (the queue had
 more) and, if ``Q.p0`` exists, ``Q.p<N-1>`` must too (it had fewer). Each look is a passive
 declare on a channel of its own, since the broker closes a channel on ``404 NOT_FOUND``.
+Partitions are declared highest first (:meth:`taskq.broker.topology.Topology.for_queue`), so
+a process that checks while another declares the same count for the first time never sees
+``Q.p0`` without ``Q.p<N-1>``.
 """
 
 from __future__ import annotations

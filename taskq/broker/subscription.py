@@ -41,7 +41,7 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
-from taskq.broker._losses import log_loss, reconnect_delay_s
+from taskq.broker._losses import drop_connection, log_loss, reconnect_delay_s
 from taskq.broker.connection import declare, open_connection
 from taskq.broker.delivery import ACK, REQUEUE, Delivery
 from taskq.broker.topology import Topology
@@ -444,7 +444,10 @@ class Subscription:
         if connection is not None and connection.is_open:
             try:
                 self._flush()
-                connection.close()
+                if self._kept:
+                    drop_connection(connection)  # ordered partitions: see drop_connection
+                else:
+                    connection.close()
             except _RECOVERABLE:
                 logger.debug("error closing the broker connection", exc_info=True)
         self._channel = None
@@ -455,7 +458,9 @@ class Subscription:
         if self._channel is not None:
             self._generation += 1
         connection, self._channel = self._connection, None
-        if connection is not None:
+        if connection is not None and self._kept and connection.is_open:
+            drop_connection(connection)
+        elif connection is not None:
             _close_quietly(connection)
 
 

@@ -457,11 +457,13 @@ class Topology:
         names = self.partition_queues(base)
         quorum = options.type == "quorum"
         dlq_arguments: dict[str, Any] = {"x-queue-type": "quorum"} if quorum else {}
+        # Highest first: once ``queue.p0`` exists all others do, so a process checking the
+        # count while another declares them for the first time sees none or all.
         queues = [
             QueueSpec(name, queue_arguments(
                 self.namespace, name, options, default_max_priority=self.default_max_priority
             ))
-            for name in names
+            for name in reversed(names)
         ]
         bindings = [BindingSpec(name, self.exchange, name) for name in names]
         bindings += [BindingSpec(dlq_name(base), self.dlx, name) for name in names]

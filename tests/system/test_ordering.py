@@ -62,9 +62,11 @@ def app(make_app: Callable[..., App], postgres_url: str, queue: str) -> Iterator
 def start(start_worker: Callable[..., Worker], queue: str) -> Callable[..., Worker]:
     """Start ``taskq worker -A tests.ordering_tasks:app`` with ``args`` on the test's queue."""
 
-    def run(*args: str, env: dict[str, str] | None = None, **options: Any) -> Worker:
+    def run(
+        *args: str, env: dict[str, str] | None = None, loglevel: str = "INFO", **options: Any
+    ) -> Worker:
         return start_worker(
-            *args, app_path="tests.ordering_tasks:app", loglevel="INFO",
+            *args, app_path="tests.ordering_tasks:app", loglevel=loglevel,
             env={"TASKQ_TEST_ORDERED_QUEUE": queue, "TASKQ_TEST_PARTITIONS": str(PARTITIONS),
                  **(env or {})},
             **options,
@@ -200,6 +202,31 @@ def test_each_partition_is_active_on_one_supervisor_and_moves_when_it_stops(
     later = [row for row in effects(postgres_url) if row.seq == 1]
     assert {row.pid for row in later} <= second_pids
     assert len({row.queue for row in later}) == PARTITIONS
+
+
+def test_a_warm_stop_hands_a_partition_over_only_after_its_task_in_hand_finished(
+    app: App, queue: str, postgres_url: str, start: Callable[..., Worker]
+) -> None:
+    # Given two supervisors; the first is active on every partition and holds 4 deliveries
+    first = start("-c", "1", "--prefetch", "4", loglevel="DEBUG")
+    first.wait_consuming(1)  # one process: every partition is its share, registered at once
+    second = start("-c", "1")
+    second.wait_consuming(1)  # registered after the first: standby everywhere
+    step = bound(app, ordering_tasks.step, queue)
+    # When a long task of key K runs on the first, with 20 more of K behind it, and the
+    # first is stopped (SIGTERM) meanwhile
+    long_one = step.apply_async(("K", 0, 2000))
+    step.starmap([("K", seq, 1) for seq in range(1, 21)])
+    started = f"[{long_one.id}] from {queue}.p{partition_of('K', PARTITIONS)} started"
+    wait_until(lambda: started in first.log(), timeout_s=20, message="K/0 started")
+    first.signal(signal.SIGTERM)
+    assert first.wait(30) == 0
+    _wait_effects(postgres_url, 21, second, timeout_s=30)
+    # Then the second ran the rest only after the first finished K/0, all in order
+    rows = effects(postgres_url)
+    assert [row.seq for row in rows] == list(range(21))
+    assert all(row.started >= rows[0].finished for row in rows[1:])
+    assert len({row.pid for row in rows[1:]} & {rows[0].pid}) == 0  # they moved
 
 
 @pytest.fixture

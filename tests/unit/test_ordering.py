@@ -44,6 +44,8 @@ def test_partition_queue_names_round_trip() -> None:
 def test_an_ordered_queue_declares_partitions_with_single_active_consumer(app: App) -> None:
     declarations = app.topology.for_queue("ledger")
     queues = {q.name: q.arguments for q in declarations.queues}
+    # Highest first: a concurrent count check never sees p0 without p15
+    assert [q.name for q in declarations.queues][::15] == ["ledger.p15", "ledger.p0"]
     assert sorted(queues) == sorted([f"ledger.p{i}" for i in range(16)] + ["ledger.dlq"])
     assert queues["ledger.p5"] == {
         "x-dead-letter-exchange": "ns.dlx",
