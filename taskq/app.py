@@ -20,6 +20,7 @@ from taskq.delay.backend import DelayBackend, DelayedMessage
 from taskq.delay.maths import delay_ms_from_s, epoch_ms, eta_ms_of
 from taskq.errors import ConfigurationError, MessageTooLarge
 from taskq.message import Envelope, WireMessage, encode, gc_paused
+from taskq.ordering.routing import route
 from taskq.registry import TaskRegistry
 from taskq.results import AsyncResult
 from taskq.schedules.definitions import PeriodicTask, Schedules
@@ -118,6 +119,7 @@ class App:
         message_ttl_s: float | None = None,
         overflow: str | None = None,
         delivery_limit: int | None = None,
+        partitions: int | None = None,
     ) -> QueueOptions:
         """Configure how the work queue ``name`` is declared.
 
@@ -125,6 +127,8 @@ class App:
         giving critical work a quorum queue and background work a TTL and a max length.
         ``type`` defaults to the ``default_queue_type`` setting. Quorum queues have no
         priorities: publishing a task with a priority to one raises ``ConfigurationError``.
+        ``partitions=N`` makes an ordered queue: N partition queues with single active
+        consumer; tasks of one ordering key run one at a time, in order (docs/ordering.md).
 
         Returns:
             The validated options.
@@ -140,6 +144,7 @@ class App:
             message_ttl_s=message_ttl_s,
             overflow=overflow,  # type: ignore[arg-type]
             delivery_limit=delivery_limit,
+            partitions=partitions,
         )
         self._queues[name] = options
         return options
@@ -251,11 +256,13 @@ class App:
         wire = encode(envelope)
         self._check_size(envelope, queue, len(wire.body))
         self._topology.check_priority(queue, envelope.priority, envelope.task)
+        destination = route(self._topology, envelope.headers, queue, envelope.task)
         if self.settings.task_always_eager:
             from taskq.eager import run
 
             run(self, wire, queue)
             return
+        queue = destination
         if envelope.eta is not None:
             eta_ms = eta_ms_of(envelope.eta)
             if eta_ms > epoch_ms():
@@ -283,7 +290,9 @@ class App:
                 wire = encode(envelope)
                 self._check_size(envelope, queue, len(wire.body))
                 self._topology.check_priority(queue, envelope.priority, envelope.task)
-                items.append((exchange, queue, wire))
+                items.append(
+                    (exchange, route(self._topology, envelope.headers, queue, envelope.task), wire)
+                )
         if self.settings.task_always_eager:
             from taskq.eager import run
 
@@ -368,6 +377,7 @@ class App:
         wire = encode(envelope)
         self._check_size(envelope, queue, len(wire.body))
         self._topology.check_priority(queue, envelope.priority, envelope.task)
+        destination = route(self._topology, envelope.headers, queue, envelope.task)
         if self.settings.task_always_eager:
             from taskq.eager import run_on_commit
 
@@ -376,7 +386,7 @@ class App:
         from taskq.outbox.enqueue import add_to_outbox
 
         return add_to_outbox(
-            self._outbox_store(), session, envelope, wire, queue,
+            self._outbox_store(), session, envelope, wire, destination,
             horizon_s=self.settings.outbox_delay_horizon_s,
         )
 

@@ -39,10 +39,12 @@ from taskq.message import (
     ERROR,
     ERROR_TYPE,
     FAILED_AT,
+    ORDERING_KEY,
     RETRIES,
     TASK,
     WireMessage,
 )
+from taskq.ordering.routing import route
 from taskq.republish import republish_headers
 
 if TYPE_CHECKING:
@@ -188,7 +190,7 @@ def replay(
             if parked is None:
                 break
             report.examined += 1
-            destination = queue if queue else parked.routing_key
+            destination = _destination(app, queue, parked)
             if not select(parked):
                 report.skipped += 1
             elif unroutable and not (destination and exists(destination)):
@@ -257,6 +259,19 @@ def describe(parked: Parked, queue: str | None, *, now_s: float) -> ParkedInfo:
         age_s=age_s,
         destination=queue or parked.routing_key,
     )
+
+
+def _destination(app: App, queue: str | None, parked: Any) -> str:
+    """Where a replay sends ``parked``: ``queue``; for an ordered queue, the partition of
+    the message's ordering key (its routing key, the partition it came from, if it has none)."""
+    if not queue:
+        return str(parked.routing_key)
+    if app.topology.partitions(queue) is None:
+        return queue
+    headers = parked.message.headers or {}
+    if isinstance(headers.get(ORDERING_KEY), str):
+        return route(app.topology, headers, queue, str(headers.get(TASK)))
+    return str(parked.routing_key)
 
 
 # Why RabbitMQ itself dead-lettered a message (x-first-death-reason), for those that carry

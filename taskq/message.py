@@ -31,6 +31,8 @@ TASK = "taskq-task"
 RETRIES = "taskq-retries"
 IDEMPOTENCY_KEY = "taskq-idempotency-key"
 ETA = "taskq-eta"
+# Ordered queues: the key whose tasks run in order (its hash picks the partition).
+ORDERING_KEY = "taskq-ordering-key"
 
 # Informational headers of a periodic task's run (taskq.schedules): the schedule's name and
 # the tick's time (ISO 8601 UTC).

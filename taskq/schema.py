@@ -38,8 +38,17 @@ outbox_table = Table(
     Column("attempts", Integer, nullable=False, default=0),
     Column("next_attempt_at", DateTime(timezone=True), nullable=False),
     Column("last_error", Text, nullable=True),
+    Column(
+        "ordering_key", String(255), nullable=True,
+        comment="ordered queues: rows of one key are relayed one at a time, oldest first",
+    ),
 )
 Index("ix_taskq_outbox_due", outbox_table.c.next_attempt_at, outbox_table.c.created_at)
+# The relay's "is an older row of this key still waiting?" check (taskq.outbox.store.claim).
+Index(
+    "ix_taskq_outbox_ordering",
+    outbox_table.c.queue, outbox_table.c.ordering_key, outbox_table.c.created_at,
+)
 
 #: Idempotency keys of tasks that finished; a key present here means "already done".
 processed_table = Table(

@@ -15,6 +15,13 @@ from typing import TYPE_CHECKING, Any
 from taskq.broker import topology as topo
 from taskq.broker.inspect import QueueStats, snapshot
 from taskq.errors import TaskqError
+from taskq.ordering.status import (
+    OrderedQueueStatus,
+    ordered_part,
+    partition_names,
+    render_ordered,
+    totals,
+)
 from taskq.schedules import report as schedule_report
 from taskq.schedules.report import SchedulerStatus, ScheduleStatus
 from taskq.settings import redact_url
@@ -63,6 +70,7 @@ class Status:
     broker_error: str | None = None
     schedules: list[ScheduleStatus] = field(default_factory=list)
     schedulers: list[SchedulerStatus] = field(default_factory=list)
+    ordered: list[OrderedQueueStatus] = field(default_factory=list)  # partitions, active
 
     @property
     def consumers(self) -> int:
@@ -101,12 +109,14 @@ def _tier_names(app: App) -> list[str]:
 def _broker_part(app: App, names: list[str]) -> dict[str, Any]:
     unroutable = topo.unroutable_name(app.settings.namespace)
     tiers = _tier_names(app)
-    wanted = [*names, *(topo.dlq_name(n) for n in names), unroutable, *tiers]
+    wanted = [*names, *(topo.dlq_name(n) for n in names), unroutable, *tiers,
+              *partition_names(app, names)]
     try:
         shot = snapshot(app.settings, wanted)
     except TaskqError as exc:
         return {"source": None, "broker_error": str(exc)}
-    stats = shot.queues
+    ordered = ordered_part(app, names, shot.queues)
+    stats = {**shot.queues, **{n: t for n in names if (t := totals(n, ordered))}}
     empty = QueueStats("", 0, None, 0)
     queues = [
         QueueStatus(
@@ -125,6 +135,7 @@ def _broker_part(app: App, names: list[str]) -> dict[str, Any]:
         "unroutable": stats.get(unroutable, empty).ready,
         "delayed": sum(stats[t].ready + (stats[t].unacked or 0) for t in tiers if t in stats),
         "delay_backend": _delay_backend(app),
+        "ordered": ordered,
     }
 
 
@@ -170,6 +181,7 @@ def render(status: Status) -> str:
             name = q.name if q.exists else f"{q.name} (not declared)"
             lines.append(f"  {name:<32} {q.ready:>8} {unacked:>8} {q.consumers:>9} "
                          f"{q.dead_letters:>6}")
+        lines.extend(render_ordered(status.ordered))
         lines.append(f"  unroutable (parked): {status.unroutable}")
         lines.append(f"  delayed (in delay tiers): {status.delayed}; delay backend: "
                      f"{status.delay_backend or 'unknown'}")

@@ -17,7 +17,9 @@ from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast
 
 from taskq.errors import ConfigurationError, Retry
-from taskq.message import Envelope, gc_paused, new_task_id, new_task_ids
+from taskq.message import ORDERING_KEY, Envelope, gc_paused, new_task_id, new_task_ids
+from taskq.ordering.arguments import KeyArgument
+from taskq.ordering.keys import normalize_key
 from taskq.request import Request, current_request
 from taskq.results import AsyncResult
 from taskq.retry import RetryOverrides
@@ -62,6 +64,8 @@ class TaskOptions:
             ``self.retry(...)``).
         store_result: Keep state and result in ``taskq_results``; ``None`` takes the
             app's ``store_results`` setting.
+        ordering_key: For a task on an ordered queue: the name of the argument whose value
+            is the call's ordering key (tasks of one key run one at a time, in order).
     """
 
     queue: str | None = None
@@ -78,6 +82,7 @@ class TaskOptions:
     dont_autoretry_for: tuple[type[BaseException], ...] = ()
     bind: bool = False
     store_result: bool | None = None
+    ordering_key: str | None = None
 
     def __post_init__(self) -> None:
         validate_priority(self.priority)
@@ -161,6 +166,10 @@ class Task(Generic[P, R]):
         self.fn = fn
         self.name = name
         self.options = options
+        self._key_argument = (
+            KeyArgument(fn, options.ordering_key, task=name, bound=options.bind)
+            if options.ordering_key is not None else None
+        )
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -240,6 +249,7 @@ class Task(Generic[P, R]):
         idempotency_key: str | None = None,
         countdown: float | timedelta | None = None,
         eta: datetime | None = None,
+        ordering_key: Any = None,
     ) -> AsyncResult:
         """Enqueue a call of this task, with per-call options.
 
@@ -265,6 +275,8 @@ class Task(Generic[P, R]):
                 the first is still in the outbox is a no-op, and the worker runs a key once.
             countdown: Run no earlier than this many seconds (or ``timedelta``) from now.
             eta: Run no earlier than this aware datetime (sent as ``taskq-eta``, epoch ms).
+            ordering_key: The call's ordering key (``str``, ``int`` or UUID), for an
+                ordered queue; wins over the task's ``ordering_key`` argument.
 
         Returns:
             A handle whose ``id`` is the task id.
@@ -274,8 +286,13 @@ class Task(Generic[P, R]):
             MessageTooLarge: the encoded message exceeds ``max_message_size_bytes``.
             PublishError: the broker did not confirm the message (direct publish only).
             ConfigurationError: invalid options (naive ``eta``, both countdown and eta, a
-                delay longer than the delay backend holds...).
+                delay longer than the delay backend holds, an ordered queue without an
+                ordering key or a key for an unordered queue...).
         """
+        target = queue or self.queue
+        key = self.ordering_key_of(args, kwargs, target, ordering_key)
+        if key is not None:
+            headers = {**(headers or {}), ORDERING_KEY: key}
         envelope = self.envelope(
             args,
             kwargs,
@@ -285,7 +302,6 @@ class Task(Generic[P, R]):
             idempotency_key=idempotency_key,
             eta=resolve_eta(countdown, eta),
         )
-        target = queue or self.queue
         session = self._session(session)
         if session is not None:
             self.app.enqueue(session, envelope, target)
@@ -333,12 +349,17 @@ class Task(Generic[P, R]):
             PublishError: some messages were not confirmed; ``unconfirmed_ids`` lists them.
         """
         calls = calls if isinstance(calls, (list, tuple)) else list(calls)
+        target = queue or self.queue
+        keyed = self._key_argument is not None
         with gc_paused():
             envelopes = [
-                self.envelope(args, None, priority=priority, task_id=task_id)
+                self.envelope(
+                    args, None, priority=priority, task_id=task_id,
+                    headers={ORDERING_KEY: self.ordering_key_of(args, None, target)}
+                    if keyed else None,
+                )
                 for args, task_id in zip(calls, new_task_ids(len(calls)), strict=True)
             ]
-        target = queue or self.queue
         session = self._session(session)
         if session is not None:
             for envelope in envelopes:
@@ -350,6 +371,25 @@ class Task(Generic[P, R]):
                 AsyncResult(e.task_id, task=self.name, queue=target, app=self.app)
                 for e in envelopes
             ]
+
+    def ordering_key_of(
+        self,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any] | None,
+        queue: str,
+        given: Any = None,
+    ) -> str | None:
+        """The ordering key of a call: ``given``, else the task's key argument, else ``None``.
+
+        Raises:
+            ConfigurationError: the key is not a str, int or UUID, or the call lacks the
+                key argument.
+        """
+        if given is None and self._key_argument is not None:
+            given = self._key_argument.of(args, kwargs)
+        if given is None:
+            return None
+        return normalize_key(given, task=self.name, queue=queue)
 
     def _session(self, session: Any) -> Any:
         """The session to enqueue through: the given one, else the ambient one, if any.

@@ -89,7 +89,7 @@ def delete_topology(app: App, extra_queues: tuple[str, ...] = ()) -> None:
     try:
         ns = app.settings.namespace
         for queue in {*app.queue_names(), *extra_queues}:
-            for name in (queue, topo.dlq_name(queue)):
+            for name in (queue, topo.dlq_name(queue), *app.topology.partition_queues(queue)):
                 _safely(admin.delete_queue, name)
         _safely(admin.delete_queue, topo.unroutable_name(ns))
         for exchange in (

@@ -111,7 +111,10 @@ class ConfirmChannel:
                 declare(self.channel, topology.base())
                 self.base_declared = True
             if exchange == topology.exchange:
-                declare(self.channel, topology.for_queue(routing_key))
+                # A partition of an ordered queue declares them all (once, not per partition).
+                unit = topology.declared_as(routing_key)
+                declare(self.channel, topology.for_queue(unit))
+                self.ready.update((exchange, q) for q in topology.partition_queues(unit))
             self.ready.add((exchange, routing_key))
         except TopologyError as exc:
             # pika closed our channel on PRECONDITION_FAILED; declare() opened another.

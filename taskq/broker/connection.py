@@ -21,6 +21,7 @@ from pika.adapters.blocking_connection import BlockingChannel
 from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
 from taskq.broker import _management as management
+from taskq.broker.partition_check import check_partition_count
 from taskq.broker.topology import Declarations
 from taskq.errors import BrokerConnectionError, TopologyError
 from taskq.settings import Settings, redact_url
@@ -168,13 +169,17 @@ def declare(channel: BlockingChannel, declarations: Declarations) -> BlockingCha
     for a reopened one).
 
     Raises:
-        TopologyError: an exchange or queue exists with other arguments (the broker answered
+        TopologyError: an ordered queue exists with another partition count
+            (:mod:`taskq.broker.partition_check`), or an exchange or queue exists with other
+            arguments (the broker answered
             PRECONDITION_FAILED). Its text names the object and both argument sets;
             attributes: ``name``, ``kind``, ``queue`` (for queues), ``expected``,
             ``actual`` (what is known of the existing arguments), ``actual_complete``,
             ``broker_reply``, and ``channel``: pika closes a channel on that error, so a
             fresh channel of the same connection (``None`` if the connection is gone).
     """
+    for queue_name, partitions in declarations.partition_checks:
+        check_partition_count(channel.connection, queue_name, partitions)
     for exchange in declarations.exchanges:
         _guarded(
             channel, "exchange", exchange.name, {"type": exchange.type, **exchange.arguments}

@@ -31,7 +31,6 @@ from __future__ import annotations
 import functools
 import logging
 import queue
-import random
 import threading
 import time
 from collections import deque
@@ -42,6 +41,7 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
+from taskq.broker._losses import drop_connection, log_loss, reconnect_delay_s
 from taskq.broker.connection import declare, open_connection
 from taskq.broker.delivery import ACK, REQUEUE, Delivery
 from taskq.broker.topology import Topology
@@ -53,24 +53,8 @@ logger = logging.getLogger(__name__)
 
 # How often the I/O thread looks at flags set by signal handlers (stop consuming).
 _TICK_S = 0.5
-# First reconnect delay; it doubles per failed attempt up to settings.reconnect_max_delay_s.
-_RECONNECT_BASE_DELAY_S = 0.5
 # Errors after which reconnecting can help: the connection or the channel went away.
 _RECOVERABLE = (pika.exceptions.AMQPError, BrokerConnectionError, OSError)
-
-
-def reconnect_delay_s(
-    attempt: int, max_delay_s: float, *, rand: random.Random | None = None
-) -> float:
-    """Seconds to wait before reconnect attempt ``attempt`` (0-based).
-
-    Exponential from 0.5 s, capped at ``max_delay_s``, with "equal jitter": a random value
-    between half the delay and the full delay, so that the processes of a worker that lost
-    the broker together do not all come back in the same instant.
-    """
-    delay = min(max_delay_s, _RECONNECT_BASE_DELAY_S * (2 ** min(attempt, 30)))
-    uniform = rand.uniform if rand is not None else random.uniform
-    return float(delay / 2 + uniform(0, delay / 2))
 
 
 class Subscription:
@@ -86,6 +70,11 @@ class Subscription:
             connection is up. With the plugin each queue is declared with its binding to the
             delayed exchange (:meth:`Topology.for_queue`), so a queue the worker re-creates
             still receives the delayed messages due for it. ``None``: tiers.
+        standby: Queues consumed only ``standby_delay_s`` after ``queues`` on each channel:
+            partitions of ordered queues that other processes registered for first (single
+            active consumer activates the first registered consumer; see
+            :mod:`taskq.ordering.spread`).
+        standby_delay_s: See ``standby``.
     """
 
     def __init__(
@@ -96,8 +85,12 @@ class Subscription:
         *,
         client_name: str,
         delay_backend: Callable[[], str] | None = None,
+        standby: Sequence[str] = (),
+        standby_delay_s: float = 0.0,
     ) -> None:
         self._settings = settings
+        self._standby, self._standby_delay_s = tuple(standby), standby_delay_s
+        self._kept: set[str] = set()  # consumer tags of ordered partitions (see _consume)
         self._delay_backend = delay_backend
         self._topology = topology
         self._queues = tuple(queues)
@@ -230,7 +223,8 @@ class Subscription:
             return self._sent_changed.wait_for(lambda: self._sent >= target, timeout_s)
 
     def stop_consuming(self) -> None:
-        """Ask the broker to stop sending (``basic_cancel``, within ~0.5 s).
+        """Ask the broker to stop sending (``basic_cancel``, within ~0.5 s), except for
+        ordered partitions: their consumers end with the channel (see ``_consume``).
 
         Only sets a flag, so a signal handler may call it: the I/O thread's periodic tick
         sends the cancel. Deliveries already received stay unacked until settled or closed.
@@ -279,7 +273,7 @@ class Subscription:
                     break
                 delay_s = reconnect_delay_s(attempt, self._settings.reconnect_max_delay_s)
                 attempt += 1
-                _log_loss(exc, delay_s, attempt)
+                log_loss(exc, delay_s, attempt)
                 self._wake.wait(delay_s)
             except BaseException as exc:  # a bug: let the main thread end the process
                 logger.exception("broker I/O thread failed")
@@ -307,7 +301,11 @@ class Subscription:
         self._flush()
         if self._consuming_wanted:
             for name in self._queues:
-                channel.basic_consume(name, functools.partial(self._on_message, name))
+                self._consume(channel, name)
+            if self._standby:
+                connection.call_later(
+                    self._standby_delay_s, functools.partial(self._consume_standby, channel)
+                )
         connection.call_later(_TICK_S, self._tick)
         log = logger.warning if attempt or self._connections > 1 else logger.info
         params = connection._impl.params  # the node that answered (broker_url may name several)
@@ -320,11 +318,26 @@ class Subscription:
         channel = connection.channel()
         channel = declare(channel, self._topology.base())
         delayed = self._uses_delay_plugin()
-        for name in self._queues:
+        declared_as = self._topology.declared_as  # an ordered queue once, not per partition
+        for name in dict.fromkeys(declared_as(n) for n in (*self._queues, *self._standby)):
             channel = declare(channel, self._topology.for_queue(name, delayed=delayed))
         channel.basic_qos(prefetch_count=self._settings.prefetch_count)
         channel.add_on_cancel_callback(self._on_broker_cancel)
         return channel
+
+    def _consume_standby(self, channel: BlockingChannel) -> None:
+        live = self._channel  # a channel given up meanwhile: the next one schedules its own
+        if live is channel and live is not None and live.is_open and self._consuming_wanted:
+            for name in self._standby:
+                self._consume(live, name)
+            logger.info("registered as standby consumer of %s", ", ".join(self._standby))
+
+    def _consume(self, channel: BlockingChannel, name: str) -> None:
+        tag = channel.basic_consume(name, functools.partial(self._on_message, name))
+        if self._topology.ordered_parent(name) is not None:
+            # Never cancelled on stop: the standby would start on the next message while this
+            # process still holds earlier ones; closing the channel returns those first.
+            self._kept.add(tag)
 
     def _uses_delay_plugin(self) -> bool:
         if self._delay_backend is None:
@@ -413,7 +426,7 @@ class Subscription:
         if channel is None or connection is None or not channel.is_open:
             return
         if not self._consuming_wanted:
-            for tag in channel.consumer_tags:
+            for tag in set(channel.consumer_tags) - self._kept:
                 # pika requeues deliveries that arrive between cancel and cancel-ok.
                 channel.basic_cancel(tag)
         connection.call_later(_TICK_S, self._tick)
@@ -431,7 +444,10 @@ class Subscription:
         if connection is not None and connection.is_open:
             try:
                 self._flush()
-                connection.close()
+                if self._kept:
+                    drop_connection(connection)  # ordered partitions: see drop_connection
+                else:
+                    connection.close()
             except _RECOVERABLE:
                 logger.debug("error closing the broker connection", exc_info=True)
         self._channel = None
@@ -442,7 +458,9 @@ class Subscription:
         if self._channel is not None:
             self._generation += 1
         connection, self._channel = self._connection, None
-        if connection is not None:
+        if connection is not None and self._kept and connection.is_open:
+            drop_connection(connection)
+        elif connection is not None:
             _close_quietly(connection)
 
 
@@ -452,24 +470,6 @@ def _closing_reason(channel: BlockingChannel) -> BaseException:
         return reason
     closed: BaseException = pika.exceptions.ChannelClosed(0, "the consumer's channel closed")
     return closed
-
-
-def _log_loss(exc: BaseException, delay_s: float, attempt: int) -> None:
-    if isinstance(exc, pika.exceptions.ChannelClosedByBroker):
-        hint = ""
-        if "timed out" in str(exc.reply_text):
-            hint = (" A task kept its delivery unacked past the broker's consumer_timeout: "
-                    "see the worker's start-up warning about time limits and prefetch.")
-        logger.warning(
-            "the broker closed the consumer's channel (%s %s); its unfinished deliveries are "
-            "dropped here and redelivered by the broker; consuming again in %.1fs "
-            "(attempt %d).%s", exc.reply_code, exc.reply_text, delay_s, attempt, hint,
-        )
-        return
-    logger.warning(
-        "broker connection lost (%s: %s); reconnecting in %.1fs (attempt %d)",
-        type(exc).__name__, exc or "no detail", delay_s, attempt,
-    )
 
 
 def _close_quietly(connection: pika.BlockingConnection) -> None:

@@ -26,7 +26,20 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+# Re-exported (``X as X``): the declaration records were defined here before.
+from taskq.broker.specs import BindingSpec as BindingSpec
+from taskq.broker.specs import Declarations as Declarations
+from taskq.broker.specs import DelayTierDeclarations as DelayTierDeclarations
+from taskq.broker.specs import ExchangeSpec as ExchangeSpec
+from taskq.broker.specs import HeaderBindingSpec as HeaderBindingSpec
+from taskq.broker.specs import QueueSpec as QueueSpec
 from taskq.errors import ConfigurationError
+from taskq.ordering.keys import (
+    PARTITIONS_ARGUMENT,
+    partition_queue_name,
+    split_partition_queue,
+    validate_partitions,
+)
 
 QueueType = Literal["classic", "quorum"]
 Overflow = Literal["drop-head", "reject-publish", "reject-publish-dlx"]
@@ -91,6 +104,8 @@ class QueueOptions:
         message_ttl_s: ``x-message-ttl``: messages older than this expire (dead-letter).
         overflow: ``x-overflow`` behaviour when ``max_length`` is reached.
         delivery_limit: ``x-delivery-limit`` of a quorum queue.
+        partitions: An ordered queue of this many partition queues (see
+            :mod:`taskq.ordering`); ``None``: an ordinary queue.
     """
 
     type: QueueType = "classic"
@@ -99,8 +114,11 @@ class QueueOptions:
     message_ttl_s: float | None = None
     overflow: Overflow | None = None
     delivery_limit: int | None = None
+    partitions: int | None = None
 
     def __post_init__(self) -> None:
+        if self.partitions is not None:
+            validate_partitions(self.partitions, max_priority=self.max_priority)
         if self.type not in ("classic", "quorum"):
             raise ConfigurationError(f"queue type must be 'classic' or 'quorum', not {self.type!r}")
         if self.max_priority is not None:
@@ -133,41 +151,6 @@ class QueueOptions:
 DEFAULT_DELIVERY_LIMIT = 10_000
 
 
-@dataclass(frozen=True)
-class ExchangeSpec:
-    """One exchange to declare."""
-
-    name: str
-    type: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class QueueSpec:
-    """One durable queue to declare."""
-
-    name: str
-    arguments: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class BindingSpec:
-    """Bind ``queue`` to ``exchange`` with ``routing_key``."""
-
-    queue: str
-    exchange: str
-    routing_key: str
-
-
-@dataclass(frozen=True)
-class Declarations:
-    """What to declare, in order: exchanges, then queues, then bindings."""
-
-    exchanges: tuple[ExchangeSpec, ...] = ()
-    queues: tuple[QueueSpec, ...] = ()
-    bindings: tuple[BindingSpec, ...] = ()
-
-
 def validate_queue_name(name: str) -> str:
     """Return ``name`` if it can be a work queue, else raise ``ConfigurationError``."""
     if not name or len(name) > 200 or not _QUEUE_NAME_RE.match(name):
@@ -190,8 +173,12 @@ def queue_arguments(
     if options.type == "quorum":
         arguments["x-queue-type"] = "quorum"
         arguments["x-delivery-limit"] = options.delivery_limit or DEFAULT_DELIVERY_LIMIT
-    else:
+    elif options.partitions is None:
         arguments["x-max-priority"] = options.max_priority or default_max_priority
+    if options.partitions is not None:
+        # One consumer at a time per partition, whichever process or host: the order.
+        arguments["x-single-active-consumer"] = True
+        arguments[PARTITIONS_ARGUMENT] = options.partitions
     if options.max_length is not None:
         arguments["x-max-length"] = options.max_length
     if options.message_ttl_s is not None:
@@ -258,27 +245,6 @@ DELAY_LEVEL_HEADER_PREFIX = "taskq-delay-level-"
 # value and type class, so the bindings and the messages both use these ints.
 DELAY_LEVEL_WAIT = 1
 DELAY_LEVEL_PASS = 0
-
-
-@dataclass(frozen=True)
-class HeaderBindingSpec:
-    """Bind ``destination`` to the headers exchange ``source`` for messages matching ``arguments``.
-
-    ``destination`` is an exchange (an exchange-to-exchange binding) when ``to_exchange``.
-    """
-
-    source: str
-    destination: str
-    arguments: dict[str, Any]
-    to_exchange: bool = False
-
-
-@dataclass(frozen=True)
-class DelayTierDeclarations:
-    """The delay tiers: exchanges and queues, then the headers bindings between them."""
-
-    declarations: Declarations
-    header_bindings: tuple[HeaderBindingSpec, ...]
 
 
 def delay_tier_queue_arguments(namespace: str, level: int, queue_type: str) -> dict[str, Any]:
@@ -389,8 +355,43 @@ class Topology:
         return unroutable_name(self.namespace)
 
     def options(self, queue: str) -> QueueOptions:
-        """Options of ``queue``; queues never configured get the default type and defaults."""
-        return self.queues.get(queue) or QueueOptions(type=self.default_queue_type)
+        """Options of ``queue``; queues never configured get the default type and defaults.
+
+        A partition queue (``ledger.p3``) has the options of its ordered queue.
+        """
+        options = self.queues.get(queue)
+        if options is not None:
+            return options
+        parent = self.ordered_parent(queue)
+        if parent is not None:
+            return self.queues[parent[0]]
+        return QueueOptions(type=self.default_queue_type)
+
+    def ordered_parent(self, name: str) -> tuple[str, int] | None:
+        """``(queue, index)`` when ``name`` is a partition of an ordered queue, else ``None``."""
+        if name in self.queues:
+            return None
+        split = split_partition_queue(name)
+        if split is None:
+            return None
+        parent = self.queues.get(split[0])
+        if parent is None or parent.partitions is None or split[1] >= parent.partitions:
+            return None
+        return split
+
+    def partitions(self, queue: str) -> int | None:
+        """The partition count of the ordered queue ``queue``; ``None`` if it is not one."""
+        options = self.queues.get(queue)
+        return options.partitions if options is not None else None
+
+    def partition_queues(self, queue: str) -> list[str]:
+        """The partition queue names of ``queue`` (empty if it is not ordered)."""
+        return [partition_queue_name(queue, i) for i in range(self.partitions(queue) or 0)]
+
+    def declared_as(self, name: str) -> str:
+        """The queue whose declaration creates ``name``: its ordered queue for a partition."""
+        parent = self.ordered_parent(name)
+        return parent[0] if parent is not None else name
 
     def check_priority(self, queue: str, priority: int, task: str) -> None:
         """Refuse a message priority that ``queue`` would silently ignore.
@@ -399,6 +400,13 @@ class Topology:
             ConfigurationError: ``priority`` > 0 for a quorum queue; RabbitMQ 3.10's quorum
                 queues have no priorities and would deliver it in arrival order.
         """
+        if priority and self.options(queue).partitions is not None:
+            raise ConfigurationError(
+                f"task {task!r} has priority {priority} but queue {queue!r} is ordered "
+                "(partitions=...): a priority would let it overtake earlier tasks of its key; "
+                "drop the priority",
+                task=task, queue=queue,
+            )
         if priority and self.options(queue).type == "quorum":
             raise ConfigurationError(
                 f"task {task!r} has priority {priority} but queue {queue!r} is a quorum queue, "
@@ -421,17 +429,47 @@ class Topology:
                 too: the plugin routes a message only when its delay ends and drops it if the
                 queue has no binding then.
         """
-        declarations = queue_declarations(
-            self.namespace,
-            queue,
-            self.options(queue),
-            default_max_priority=self.default_max_priority,
-        )
+        options = self.options(queue)
+        if options.partitions is not None:
+            declarations = self._partitions_declarations(queue, options)
+        else:
+            declarations = queue_declarations(
+                self.namespace, queue, options, default_max_priority=self.default_max_priority
+            )
         if not delayed:
             return declarations
-        plugin = self.delayed_exchange(queue)
+        plugin = [self.delayed_exchange(name) for name in self.partition_queues(queue) or [queue]]
         return Declarations(
-            plugin.exchanges, declarations.queues, declarations.bindings + plugin.bindings
+            plugin[0].exchanges, declarations.queues,
+            declarations.bindings + tuple(b for p in plugin for b in p.bindings),
+            declarations.partition_checks,
+        )
+
+    def _partitions_declarations(self, queue: str, options: QueueOptions) -> Declarations:
+        """Every partition queue of ``queue`` (or of the one named), and ``queue.dlq``.
+
+        All partitions at once, even for one: the partition-count check (see
+        :mod:`taskq.broker.partition_check`) needs them all or none. Each partition
+        dead-letters with its own name as routing key and ``queue.dlq`` is bound with each,
+        so ``taskq-origin-queue`` and a replay lead back to the partition.
+        """
+        base = self.declared_as(queue)
+        names = self.partition_queues(base)
+        quorum = options.type == "quorum"
+        dlq_arguments: dict[str, Any] = {"x-queue-type": "quorum"} if quorum else {}
+        # Highest first: once ``queue.p0`` exists all others do, so a process checking the
+        # count while another declares them for the first time sees none or all.
+        queues = [
+            QueueSpec(name, queue_arguments(
+                self.namespace, name, options, default_max_priority=self.default_max_priority
+            ))
+            for name in reversed(names)
+        ]
+        bindings = [BindingSpec(name, self.exchange, name) for name in names]
+        bindings += [BindingSpec(dlq_name(base), self.dlx, name) for name in names]
+        return Declarations(
+            queues=(*queues, QueueSpec(dlq_name(base), dlq_arguments)), bindings=tuple(bindings),
+            partition_checks=((base, options.partitions or 1),),
         )
 
     def delay_tiers(self, queue_type: str = "classic") -> DelayTierDeclarations:

@@ -127,6 +127,7 @@ def merge_declarations(parts: Sequence[Declarations]) -> Declarations:
         exchanges=tuple(e for p in parts for e in p.exchanges),
         queues=tuple(q for p in parts for q in p.queues),
         bindings=tuple(b for p in parts for b in p.bindings),
+        partition_checks=tuple(c for p in parts for c in p.partition_checks),
     )
 
 

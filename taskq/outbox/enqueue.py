@@ -11,7 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from taskq.errors import OutboxError
-from taskq.message import Envelope, WireMessage
+from taskq.message import ORDERING_KEY, Envelope, WireMessage
 from taskq.outbox.store import OutboxRow, OutboxStore
 
 
@@ -47,6 +47,7 @@ def add_to_outbox(
         idempotency_key=envelope.idempotency_key,
         created_at=store.created_at(),
         next_attempt_at=next_attempt_at,
+        ordering_key=envelope.headers.get(ORDERING_KEY) if envelope.headers else None,
     )
     try:
         return bool(store.add(session, row))

@@ -46,6 +46,7 @@ class OutboxRow:
     attempts: int = 0
     next_attempt_at: datetime | None = None
     last_error: str | None = None
+    ordering_key: str | None = None  # ordered queues: relayed one at a time per key
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,16 +104,22 @@ class OutboxStore:
 
         On PostgreSQL the rows stay locked (``SKIP LOCKED`` for other relays) until
         ``conn``'s transaction ends, so claim, publish and delete belong in one transaction.
+
+        A row with an ordering key is claimed only while no older undelayed row of its key
+        and queue is left (:func:`_is_head_of_key`): that older row is being relayed by
+        another relay, or waits for its retry after a failed publish, and SKIP LOCKED alone
+        would let this one overtake it. So each key's rows reach the broker one after
+        another, oldest first, however many relays run.
         """
         t = outbox_table
         stmt = (
             sa.select(t)
-            .where(t.c.next_attempt_at <= now)
+            .where(t.c.next_attempt_at <= now, _is_head_of_key())
             .order_by(t.c.next_attempt_at, t.c.created_at)
             .limit(limit)
         )
         if conn.dialect.name == "postgresql":
-            stmt = stmt.with_for_update(skip_locked=True)
+            stmt = stmt.with_for_update(skip_locked=True, of=t)
         return [_row_from_db(r) for r in conn.execute(stmt).mappings()]
 
     def delete(self, conn: Connection, ids: list[str]) -> int:
@@ -182,6 +189,27 @@ class OutboxStore:
         return now
 
 
+def _is_head_of_key() -> Any:
+    """No older row of the same queue and ordering key without an eta waits before it.
+
+    Rows without a key, and delayed rows (they enter their partition when due), are always
+    heads. Ties of ``created_at`` (two producer processes in one microsecond) go by id.
+    """
+    t = outbox_table
+    older = outbox_table.alias("older")
+    earlier = sa.or_(
+        older.c.created_at < t.c.created_at,
+        sa.and_(older.c.created_at == t.c.created_at, older.c.id < t.c.id),
+    )
+    blocked = sa.exists().where(
+        older.c.queue == t.c.queue,
+        older.c.ordering_key == t.c.ordering_key,
+        older.c.eta.is_(None),
+        earlier,
+    )
+    return sa.or_(t.c.ordering_key.is_(None), t.c.eta.is_not(None), ~blocked)
+
+
 def insert_statement(row: OutboxRow, dialect: str) -> Any:
     """The INSERT of ``row`` for ``dialect``: skips duplicates and returns the id if inserted."""
     values = _row_values(row)
@@ -240,6 +268,7 @@ def _row_values(row: OutboxRow) -> dict[str, Any]:
         "attempts": row.attempts,
         "next_attempt_at": row.next_attempt_at or row.eta or row.created_at,
         "last_error": row.last_error,
+        "ordering_key": row.ordering_key,
     }
 
 
@@ -257,6 +286,7 @@ def _row_from_db(r: Any) -> OutboxRow:
         attempts=r["attempts"],
         next_attempt_at=as_aware(r["next_attempt_at"]),
         last_error=r["last_error"],
+        ordering_key=r["ordering_key"],
     )
 
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskq.errors import DecodeError, IdempotencyError, ResultError, Retry
 from taskq.message import IDEMPOTENCY_KEY, TASK, Envelope, decode
+from taskq.ordering.in_place import InPlaceRetrier
 from taskq.received import normalize_received
 from taskq.request import Request
 from taskq.retry import (
@@ -50,7 +51,6 @@ from taskq.worker.execution import (
 )
 from taskq.worker.infra_faults import FaultBackoff, Hold, SendBack
 from taskq.worker.plans import Plan, plan_of
-from taskq.worker.retrying import Retrier
 from taskq.worker.time_limits import delivery_key
 
 if TYPE_CHECKING:
@@ -115,7 +115,10 @@ class WorkerLoop:
         self._observers = observers if observers is not None else Observers()
         hold = self._hold = Hold(lambda: subscription.generation, self._is_stopping)
         self._dead_letters = DeadLetterer(app, self._observers, hold=hold)
-        self._retrier = Retrier(app, hold=hold, dead_letters=self._dead_letters)
+        self._retrier = InPlaceRetrier(  # plain Retrier for unordered queues' deliveries
+            app, hold=hold, dead_letters=self._dead_letters, is_stopping=self._is_stopping,
+            generation=lambda: subscription.generation, alive_at=slot.alive_at,
+        )
         self._send_back = SendBack(self._retrier.send_back)
         # A copy found claimed by another process waits about this long before it is due.
         self._busy_send_back = SendBack(
@@ -236,6 +239,8 @@ class WorkerLoop:
             self._unsent_settlement = False
             self._subscription.wait_sent(SETTLEMENT_SEND_WAIT_S)
         self._unsent_settlement = not self._handle(delivery)
+        while self._retrier.take_again(delivery):  # an ordered task retried in place
+            self._unsent_settlement = not self._handle(delivery)
 
     def _handle(self, delivery: Delivery) -> bool:
         """:meth:`handle`; ``True`` when settled by a success (or as a duplicate)."""

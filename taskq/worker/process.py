@@ -61,6 +61,7 @@ class ChildSpec:
         overrides: Settings given on the command line (they win over everything else).
         queues: Work queues to consume.
         index: Position of the process in the supervisor (1-based), for names and logs.
+        process_count: Processes of the supervisor (spreads ordered queues' partitions).
         state_dir: The supervisor's death ledger directory.
         loglevel: Logging level name.
         log_format: ``text`` or ``json``.
@@ -73,6 +74,7 @@ class ChildSpec:
     overrides: dict[str, Any] = field(default_factory=dict)
     queues: tuple[str, ...] = ()
     index: int = 1
+    process_count: int = 1
     state_dir: str = ""
     loglevel: str = "INFO"
     supervisor_pid: int = 0
@@ -186,13 +188,18 @@ def load_spec_app(spec: ChildSpec) -> App:
 
 def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
     from taskq.broker.subscription import Subscription
+    from taskq.ordering.spread import STANDBY_DELAY_S, consume_order
     from taskq.worker.deaths import DeathLedger
     from taskq.worker.loop import WorkerLoop
     from taskq.worker.time_limits import SoftTimeLimit
 
+    order = consume_order(
+        app.topology, spec.queues, index=spec.index, process_count=spec.process_count
+    )
     subscription = Subscription(
-        app.settings, app.topology, spec.queues, client_name=f"taskq worker {spec.index}",
+        app.settings, app.topology, order.first, client_name=f"taskq worker {spec.index}",
         delay_backend=lambda: app.delay_backend_name,
+        standby=order.standby, standby_delay_s=STANDBY_DELAY_S,
     )
     loop = WorkerLoop(
         app,

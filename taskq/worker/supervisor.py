@@ -254,7 +254,10 @@ class Supervisor:
     def _start(self, child: _Child) -> None:
         child.slot.clear()
         child.killed = None
-        spec = replace(self._spec, index=child.index, state_dir=self._ledger_dir())
+        spec = replace(
+            self._spec, index=child.index, process_count=self.process_count,
+            state_dir=self._ledger_dir(),
+        )
         process = self._context.Process(
             target=child_main,
             args=(spec, [c.slot for c in self._children]),

@@ -12,9 +12,11 @@ PACKAGE = Path(__file__).resolve().parents[2] / "taskq"
 LAYERS = {
     1: {
         "errors", "settings", "codec", "message", "received", "republish", "retry", "request",
-        "broker.topology",
+        "broker.topology", "broker.specs",
         "_clock",
         "schedules.spec", "schedules.catchup",
+        "ordering", "ordering.keys", "ordering.arguments", "ordering.changes",
+        "ordering.routing", "ordering.spread",
     },
     2: {
         "broker", "broker.connection", "broker.publisher", "broker.subscription", "db",
@@ -27,6 +29,7 @@ LAYERS = {
         "eager",
         "schedules", "schedules.definitions", "schedules.scheduler", "schedules.beat_process",
         "schedules.report",
+        "ordering.in_place", "ordering.status",
     },
     4: {"cli", "testing", "contrib", "dashboard", "__main__", "__init__"},
 }

@@ -25,11 +25,15 @@ class OutboxMessage(models.Model):
     attempts = models.IntegerField(default=0)
     next_attempt_at = models.DateTimeField()
     last_error = models.TextField(null=True)
+    ordering_key = models.CharField(max_length=255, null=True)
 
     class Meta:
         db_table = "taskq_outbox"
         indexes = [
-            models.Index(fields=["next_attempt_at", "created_at"], name="ix_taskq_outbox_due")
+            models.Index(fields=["next_attempt_at", "created_at"], name="ix_taskq_outbox_due"),
+            models.Index(
+                fields=["queue", "ordering_key", "created_at"], name="ix_taskq_outbox_ordering"
+            ),
         ]
 
     def __str__(self) -> str:
