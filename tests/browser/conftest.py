@@ -49,9 +49,14 @@ def _why_no_browser() -> str | None:
     return None
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Chromium, headless, driven by Playwright (skips with the reason when unavailable)."""
+    """Chromium, headless, driven by Playwright (skips with the reason when unavailable).
+
+    Module-scoped, not session-scoped: Playwright's sync API keeps an asyncio loop running
+    in the main thread while it is started, and Django refuses database calls from a thread
+    with a running loop (SynchronousOnlyOperation), so it must stop before other tests run.
+    """
     reason = _why_no_browser()
     if reason:
         pytest.skip(reason)

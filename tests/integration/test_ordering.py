@@ -196,9 +196,11 @@ def test_status_names_the_active_consumer_of_each_partition_with_the_management_
                 ch = connection.channel()
                 for name in app.topology.partition_queues("ledger"):
                     ch.basic_consume(name, lambda *a: None)
+            # the management API's consumer lists lag (statistics are collected every few
+            # seconds): wait until both connections' consumers are in them
             status = wait_until(
                 lambda: (s := collect(app)).ordered and all(
-                    p.active for p in s.ordered[0].partitions) and s,
+                    p.active and p.consumers == 2 for p in s.ordered[0].partitions) and s,
                 timeout_s=30, message="active consumers reported by the management API",
             )
             (ordered,) = status.ordered
