@@ -35,6 +35,7 @@ from taskq.results import AsyncResult
 from taskq.schema import metadata
 from taskq.settings import Settings
 from taskq.task import Task
+from taskq.workflows import Signature, WorkflowResult, chain, chord, group
 
 __version__ = "0.1.0"
 
@@ -56,6 +57,7 @@ __all__ = [
     "Retry",
     "SerializationError",
     "Settings",
+    "Signature",
     "SoftTimeLimitExceeded",
     "Task",
     "TaskControl",
@@ -64,6 +66,10 @@ __all__ = [
     "TaskqError",
     "TimeLimitExceeded",
     "TopologyError",
+    "WorkflowResult",
     "__version__",
+    "chain",
+    "chord",
+    "group",
     "metadata",
 ]

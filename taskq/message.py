@@ -31,6 +31,8 @@ TASK = "taskq-task"
 RETRIES = "taskq-retries"
 IDEMPOTENCY_KEY = "taskq-idempotency-key"
 ETA = "taskq-eta"
+# Set on the members of a workflow (chain, group, chord): the workflow id (taskq.workflows).
+WORKFLOW = "taskq-workflow"
 
 # Headers a dead letter adds (see dead_letter_headers).
 ERROR_TYPE = "taskq-error-type"

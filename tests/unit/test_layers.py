@@ -18,11 +18,13 @@ LAYERS = {
     2: {
         "broker", "broker.connection", "broker.publisher", "broker.subscription", "db",
         "schema", "outbox.store", "idempotency", "results", "delay", "sending",
+        "workflows.store",
     },
     3: {
         "app", "task", "registry", "middleware", "outbox", "outbox.relay", "worker", "dlq",
         "status",
         "eager",
+        "workflows",
     },
     4: {"cli", "testing", "contrib", "__main__", "__init__"},
 }
