@@ -13,8 +13,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from taskq import App
-from tests.tasks import append_line
+from taskq import App, Reject
+from tests.tasks import append_line, read_lines
 
 app = App("taskq-workflow-tests")
 
@@ -94,3 +94,27 @@ def total_once(values: list[int], path: str, *, session: Any) -> int:
     session.execute(effects.insert().values(what="chord", count=len(values),
                                             total=sum(values)))
     return sum(values)
+
+
+@app.task(autoretry_for=(ConnectionError,), retry_backoff=0.1, retry_jitter=False,
+          max_retries=5)
+def flaky_step(value: int, path: str, failures: int) -> int:
+    """Raise ConnectionError on the first ``failures`` runs (retried), then ``value + 1``."""
+    append_line(path, "ran", "flaky")
+    if sum(1 for line in read_lines(path) if line[:2] == ["ran", "flaky"]) <= failures:
+        raise ConnectionError("not yet")
+    return value + 1
+
+
+@app.task
+def refuse(value: Any, path: str) -> None:
+    """Record ``ran refuse`` and reject the message (dead-lettered, never retried)."""
+    append_line(path, "ran", "refuse")
+    raise Reject("refused on purpose")
+
+
+@app.task(time_limit_s=1.0, max_retries=0)
+def overrun(value: Any, path: str) -> None:
+    """Record ``ran overrun`` and outlive the hard time limit."""
+    append_line(path, "ran", "overrun")
+    time.sleep(30)

@@ -96,6 +96,7 @@ def test_immutable_signature_ignores_the_previous_result(
     assert result.get(timeout_s=30) == 31
 
 
+@pytest.mark.slow
 def test_chord_of_1000_calls_back_once_with_the_sum(
     app: App, start_worker: Callable[..., Worker], runs: str
 ) -> None:
@@ -194,3 +195,54 @@ def test_workflow_in_a_rolled_back_transaction_never_runs_committed_it_runs(
     assert sorted(line[1] for line in read_lines(runs)) == ["ok1", "ok2"]
     assert rolled_back.state is WorkflowState.PENDING
     assert count(app, workflows_table) == 1
+
+
+def test_a_member_retried_inside_a_chain_then_passes_its_result_on(
+    app: App, start_worker: Callable[..., Worker], runs: str
+) -> None:
+    add, flaky = bound(app, wt.add), bound(app, wt.flaky_step)
+    workers(start_worker)
+
+    result = chain(add.s(1, 1), flaky.s(runs, 2), add.s(10)).apply_async()
+
+    assert result.get(timeout_s=60) == 13  # ((1 + 1) + 1) + 10
+    assert count_runs(runs) == 3  # two failures retried, then the success
+
+
+def test_a_rejected_member_stops_the_chain(
+    app: App, start_worker: Callable[..., Worker], runs: str, broker: Any
+) -> None:
+    add, refuse, step = bound(app, wt.add), bound(app, wt.refuse), bound(app, wt.step)
+    errback = bound(app, wt.errback)
+    worker = workers(start_worker)
+
+    result = chain(add.s(1, 1), refuse.s(runs), step.s(runs, "after")).apply_async(
+        link_error=errback.s(runs))
+
+    with pytest.raises(TaskFailed, match="was dead-lettered: Reject: refused on purpose"):
+        result.get(timeout_s=30)
+    wait_until(lambda: count_runs(runs, "errback") >= 1, timeout_s=30,
+               message=lambda: f"link_error ran; log:\n{worker.log()[-3000:]}")
+    _wait_idle(app, broker, worker)
+    assert [line[1] for line in read_lines(runs) if line[0] == "ran"] == ["refuse"]
+    assert count_runs(runs, "errback") == 1
+
+
+@pytest.mark.slow
+def test_a_member_over_its_time_limit_fails_the_chord(
+    app: App, start_worker: Callable[..., Worker], runs: str, broker: Any
+) -> None:
+    add, overrun, tsum = bound(app, wt.add), bound(app, wt.overrun), bound(app, wt.tsum)
+    errback = bound(app, wt.errback)
+    worker = workers(start_worker)
+
+    result = chord([add.s(1, 1), overrun.si(0, runs)], tsum.s()).apply_async(
+        link_error=errback.s(runs))
+
+    with pytest.raises(TaskFailed, match=f"member {wt.overrun.name} .* TimeLimitExceeded"):
+        result.get(timeout_s=60)
+    wait_until(lambda: count_runs(runs, "errback") >= 1, timeout_s=30,
+               message=lambda: f"link_error ran; log:\n{worker.log()[-3000:]}")
+    _wait_idle(app, broker, worker)
+    assert count_runs(runs, "errback") == 1
+    assert result.members()[-1].state is MemberState.PENDING
