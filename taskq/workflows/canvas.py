@@ -320,7 +320,7 @@ def _call(
         task_id=task_id, task=task.name, queue=sig.queue or queue or task.queue,
         priority=task.options.priority if chosen is None else chosen,
         args=list(sig.args), kwargs=dict(sig.kwargs), immutable=sig.immutable,
-        countdown_s=delay_s if delay_s is not None else sig.countdown_s,
+        countdown_s=sig.countdown_s if sig.countdown_s is not None else delay_s,
         step=step, position=position, in_group=in_group,
     )
 
