@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any, Protocol
 
+from taskq.broker.topology import validate_queue_name
 from taskq.errors import ConfigurationError
 from taskq.message import MAX_PRIORITY, new_task_id, new_task_ids
 from taskq.workflows.messages import WorkflowApp, WorkflowMessages
@@ -316,8 +317,10 @@ def _call(
 ) -> MemberCall:
     task = sig.task
     chosen = sig.priority if sig.priority is not None else priority
+    target = sig.queue or queue or task.queue
+    validate_queue_name(target)  # now, not when a worker enqueues a later step
     return MemberCall(
-        task_id=task_id, task=task.name, queue=sig.queue or queue or task.queue,
+        task_id=task_id, task=task.name, queue=target,
         priority=task.options.priority if chosen is None else chosen,
         args=list(sig.args), kwargs=dict(sig.kwargs), immutable=sig.immutable,
         countdown_s=sig.countdown_s if sig.countdown_s is not None else delay_s,

@@ -100,3 +100,12 @@ def test_eager_mode_refuses_workflows(make_app: Callable[..., App]) -> None:
 
     with pytest.raises(ConfigurationError, match="task_always_eager=True cannot run a chain"):
         chain(t.s(), t.s()).apply_async()
+
+
+def test_a_bad_queue_of_a_later_step_is_refused_at_start(app: App) -> None:
+    @app.task
+    def t() -> None:
+        pass
+
+    with pytest.raises(ConfigurationError, match="queue name .bad name!. is invalid"):
+        chain(t.s(), t.s().set(queue="bad name!")).apply_async()
