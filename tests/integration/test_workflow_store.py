@@ -286,3 +286,27 @@ def test_inspect_shows_the_members_and_their_states(
     data = json.loads(by_member.output)
     assert data["workflow_id"] == result.id
     assert [m["state"] for m in data["members"]] == ["SUCCESS", "ENQUEUED", "PENDING"]
+
+
+def test_db_prune_deletes_workflows_that_finished_before_the_age(
+    app: App, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    add = bound(app, wt.add)
+    old, recent = group(add.s(1, 1)).apply_async(), group(add.s(2, 2)).apply_async()
+    for result in (old, recent):
+        complete(app, result.members()[0].task_id, wt.add.name, 2)
+    with app.engine.begin() as conn:
+        conn.execute(workflows_table.update().where(workflows_table.c.id == old.id).values(
+            finished_at=workflows_table.c.created_at - timedelta(days=9)))
+    module = types.ModuleType("taskq_workflow_prune_probe")
+    module.app = App("probe", database_url=app.settings.database_url)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+
+    pruned = CliRunner().invoke(main, ["db", "prune", "-A", "taskq_workflow_prune_probe:app",
+                                       "--older-than", "7d"])
+    module.app.close()  # type: ignore[attr-defined]  # `db prune` leaves its app open
+
+    assert pruned.exit_code == 0, pruned.output
+    assert "deleted 1 finished workflows (and their members) older than 7 days" in pruned.output
+    assert old.record() is None and old.members() == []
+    assert recent.state is WorkflowState.SUCCESS and len(recent.members()) == 1
