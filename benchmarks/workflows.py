@@ -104,6 +104,8 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    # SIGTERM (``timeout``, Ctrl-C's cousin) still runs the clean-up below.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     namespace = f"bench{uuid.uuid4().hex[:8]}"
     queue = f"{namespace}.default"
     schema = f"bench_{uuid.uuid4().hex[:8]}"
