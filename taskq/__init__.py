@@ -36,6 +36,7 @@ from taskq.schedules.spec import crontab
 from taskq.schema import metadata
 from taskq.settings import Settings
 from taskq.task import Task
+from taskq.workflows import Signature, WorkflowResult, chain, chord, group
 
 __version__ = "0.1.0"
 
@@ -57,6 +58,7 @@ __all__ = [
     "Retry",
     "SerializationError",
     "Settings",
+    "Signature",
     "SoftTimeLimitExceeded",
     "Task",
     "TaskControl",
@@ -65,7 +67,11 @@ __all__ = [
     "TaskqError",
     "TimeLimitExceeded",
     "TopologyError",
+    "WorkflowResult",
     "__version__",
+    "chain",
+    "chord",
     "crontab",
+    "group",
     "metadata",
 ]

@@ -39,6 +39,9 @@ ORDERING_KEY = "taskq-ordering-key"
 SCHEDULE = "taskq-schedule"
 SCHEDULE_TICK = "taskq-schedule-tick"
 
+# Set on the members of a workflow (chain, group, chord): the workflow id (taskq.workflows).
+WORKFLOW = "taskq-workflow"
+
 # Headers a dead letter adds (see dead_letter_headers).
 ERROR_TYPE = "taskq-error-type"
 ERROR = "taskq-error"

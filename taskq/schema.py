@@ -100,3 +100,47 @@ schedulers_table = Table(
     Column("started_at", DateTime(timezone=True), nullable=False),
     Column("last_seen_at", DateTime(timezone=True), nullable=False),
 )
+
+#: Workflows (chains, groups, chords): where each stands and how many members its current
+#: step still waits for (see :mod:`taskq.workflows`).
+workflows_table = Table(
+    "taskq_workflows",
+    metadata,
+    Column("id", String(255), primary_key=True),
+    Column("kind", String(16), nullable=False, comment="chain, group or chord"),
+    Column("state", String(16), nullable=False, comment="RUNNING, SUCCESS or FAILURE"),
+    Column("step", Integer, nullable=False, comment="index of the step now running"),
+    Column("steps", Integer, nullable=False),
+    Column("remaining", Integer, nullable=False, comment="members of the step not finished"),
+    Column("result", LargeBinary, nullable=True, comment="msgpack: the last step's result"),
+    Column("error", Text, nullable=True),
+    Column("failed_task_id", String(255), nullable=True),
+    Column("failed_task", String(255), nullable=True),
+    Column("link_error", LargeBinary, nullable=True, comment="msgpack: the error callback"),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=True, index=True),
+)
+
+#: One row per member task of a workflow: its call, state and (once done) result.
+workflow_members_table = Table(
+    "taskq_workflow_members",
+    metadata,
+    Column("task_id", String(255), primary_key=True),
+    Column("workflow_id", String(255), nullable=False),
+    Column("step", Integer, nullable=False),
+    Column("position", Integer, nullable=False),
+    Column("task", String(255), nullable=False),
+    Column("queue", String(255), nullable=False),
+    Column("state", String(16), nullable=False, comment="PENDING, ENQUEUED, SUCCESS, FAILURE"),
+    Column("call", LargeBinary, nullable=False, comment="msgpack: arguments and options"),
+    Column("result", LargeBinary, nullable=True, comment="msgpack: the return value"),
+    Column("error", Text, nullable=True),
+    Column("traceback", Text, nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+)
+Index(
+    "ix_taskq_workflow_members_step",
+    workflow_members_table.c.workflow_id,
+    workflow_members_table.c.step,
+    workflow_members_table.c.position,
+)

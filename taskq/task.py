@@ -23,6 +23,7 @@ from taskq.ordering.keys import normalize_key
 from taskq.request import Request, current_request
 from taskq.results import AsyncResult
 from taskq.retry import RetryOverrides
+from taskq.workflows.canvas import Signature
 
 if TYPE_CHECKING:
     from taskq.results import ResultStore
@@ -308,6 +309,15 @@ class Task(Generic[P, R]):
         else:
             self.app.send(envelope, target)
         return AsyncResult(envelope.task_id, task=self.name, queue=target, app=self.app)
+
+    def s(self, *args: Any, **kwargs: Any) -> Signature:
+        """A signature of this call for a workflow; in a chain the previous result is
+        prepended to ``args`` (see :mod:`taskq.workflows`)."""
+        return Signature(self, args, kwargs)
+
+    def si(self, *args: Any, **kwargs: Any) -> Signature:
+        """An immutable signature: in a chain it gets no previous result."""
+        return Signature(self, args, kwargs, immutable=True)
 
     def delay_on(self, session: Any, /, *args: P.args, **kwargs: P.kwargs) -> AsyncResult:
         """Enqueue a call through the outbox in ``session``'s transaction.

@@ -41,9 +41,10 @@ def db_create(app_path: str) -> None:
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True)
 def db_prune(app_path: str, older_than: str | None, batch_size: int) -> None:
-    """Delete old idempotency keys (taskq_processed) and finished results (taskq_results)
-    in small batches, without long locks."""
+    """Delete old idempotency keys (taskq_processed), finished results (taskq_results) and
+    finished workflows with their members, in small batches, without long locks."""
     from taskq.idempotency import IdempotencyStore
+    from taskq.workflows.store import prune_workflows
 
     app = load(app_path)
     age_s = parse_duration(older_than) if older_than else app.settings.processed_retention_s
@@ -52,7 +53,11 @@ def db_prune(app_path: str, older_than: str | None, batch_size: int) -> None:
             older_than=timedelta(seconds=age_s), batch_size=batch_size
         )
         results = app.results.prune(older_than=timedelta(seconds=age_s), batch_size=batch_size)
+        workflows = prune_workflows(app.engine, older_than=timedelta(seconds=age_s),
+                                    batch_size=batch_size)
     except Exception as exc:
         fail(f"cannot prune keys in {redact_url(app.settings.database_url)}: {exc}")
     click.echo(f"deleted {deleted} idempotency keys older than {timedelta(seconds=age_s)}")
     click.echo(f"deleted {results} finished task results older than {timedelta(seconds=age_s)}")
+    click.echo(f"deleted {workflows} finished workflows (and their members) older than "
+               f"{timedelta(seconds=age_s)}")

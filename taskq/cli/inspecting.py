@@ -49,12 +49,17 @@ def status(app_path: str, queues: str | None, as_json: bool, watch: float | None
 @click.argument("task_id")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def inspect(app_path: str, task_id: str, as_json: bool) -> None:
-    """Show the stored state, result or error of TASK_ID (tasks with store_result=True)."""
+    """Show the stored state, result or error of TASK_ID (tasks with store_result=True), or
+    the members and states of a workflow (chain, group, chord) given its id or a member's."""
     import json
+
+    from taskq.cli._workflow_view import show_workflow
 
     app = load(app_path)
     try:
         record = app.results.get(task_id)
+        if record is None and show_workflow(app, task_id, as_json):
+            return
     except TaskqError as exc:
         fail(str(exc).splitlines()[0])
     finally:

@@ -20,7 +20,8 @@ import time
 from traceback import format_exception
 from typing import TYPE_CHECKING, Any
 
-from taskq.message import RETRIES, TASK, WireMessage
+from taskq.errors import IdempotencyError
+from taskq.message import RETRIES, TASK, WORKFLOW, WireMessage
 from taskq.republish import dead_letter_headers
 from taskq.worker.events import Observers, TaskEvent
 from taskq.worker.infra_faults import Hold
@@ -28,6 +29,7 @@ from taskq.worker.infra_faults import Hold
 if TYPE_CHECKING:
     from taskq.app import App
     from taskq.broker.delivery import Delivery
+    from taskq.workflows.completion import WorkflowHooks
 
 logger = logging.getLogger(__name__)
 
@@ -44,9 +46,14 @@ class DeadLetterer:
         observers: Told about each dead letter (results, metrics).
         hold: Retries a failed publish while the delivery is held; without one (tests), a
             failed publish requeues the delivery at once.
+        workflows: Told before the ack when a workflow member is dead-lettered.
     """
 
-    def __init__(self, app: App, observers: Observers, *, hold: Hold | None = None) -> None:
+    def __init__(
+        self, app: App, observers: Observers, *, hold: Hold | None = None,
+        workflows: WorkflowHooks | None = None,
+    ) -> None:
+        self._workflows = workflows
         self._app = app
         self._hold = hold or Hold(lambda: 0, lambda: True)
         self._dlx = app.topology.dlx
@@ -101,6 +108,10 @@ class DeadLetterer:
                 time.sleep(DEAD_LETTER_RETRY_PAUSE_S)
             delivery.reject(requeue=True)
             return False
+        if WORKFLOW in message.headers and not self._fail_workflow(
+            delivery, shown, error_type, error, traceback
+        ):
+            return False
         retries = retries_of(message.headers)
         if self._observers:
             # Before the ack: the final result (FAILURE, DEAD) is stored before the broker
@@ -116,6 +127,35 @@ class DeadLetterer:
             extra=log_fields(message.message_id, shown, delivery.queue, retries),
         )
         return True
+
+    def _fail_workflow(
+        self, delivery: Delivery, shown: str, error_type: str, error: str,
+        traceback: str | None,
+    ) -> bool:
+        """Fail the member's workflow before the ack; ``False``: requeued instead.
+
+        The failure must be written before the broker forgets the message, or the workflow
+        would wait forever; the dead letter copy already sent stays (a duplicate at worst).
+        """
+        workflows = self._workflows
+        if workflows is None:
+            return True
+        message_id = delivery.message.message_id or ""
+        fault = self._hold.retry(
+            delivery, lambda: workflows.failed(message_id, error_type, error, traceback),
+            what=f"task {shown}[{message_id}] from {delivery.queue}: its workflow's failure",
+            done="recorded", faults=(IdempotencyError,),
+            repair="the connection to taskq's database",
+        )
+        if fault is None:
+            return True
+        logger.error(
+            "task %s[%s] from %s was dead-lettered but its workflow's failure could not be "
+            "recorded (%s); returning it to the queue to record it on redelivery",
+            shown, message_id, delivery.queue, fault,
+        )
+        delivery.reject(requeue=True)
+        return False
 
     def park_worker_error(self, delivery: Delivery, exc: Exception) -> None:
         """Dead-letter a delivery whose handling raised in taskq itself (``WorkerError``).

@@ -20,7 +20,7 @@ import logging
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from taskq.errors import IdempotencyError
 from taskq.idempotency import is_database_outage
@@ -60,6 +60,21 @@ Execute = Callable[[dict[str, Any]], Outcome]
 #: Retries a call that failed with IdempotencyError while the delivery is held; ``True``
 #: once it succeeded (see :meth:`taskq.worker.infra_faults.Hold.retry`).
 RetryCall = Callable[[Callable[[], object]], bool]
+
+
+
+class Completion(Protocol):
+    """Work that must commit with a task's idempotency key (a workflow member's count).
+
+    See :class:`taskq.workflows.completion.MemberCompletion`.
+    """
+
+    def record(self, key: str, task: str, result: Any) -> bool:
+        """Record ``key`` and the work in one transaction (raises IdempotencyError)."""
+
+    def join(self, session: Any, result: Any) -> None:
+        """Do the work in ``session``'s open transaction, which holds the key."""
+
 
 # Recently recorded keys kept in memory per process (cleared past this size).
 _RECORDED_MAX = 10_000
@@ -102,14 +117,17 @@ class Deduplicator:
         *,
         transactional: bool,
         retry_record: RetryCall | None = None,
+        completion: Completion | None = None,
     ) -> Outcome | Duplicate | Busy | Unavailable:
         """Run ``execute(kwargs)`` at most once per ``key`` (see the module docstring).
 
         ``retry_record`` keeps trying to record the key of a task that succeeded while the
         database is unreachable (the task must not run again because of it).
+        ``completion`` commits with the key (a workflow member's count); if it cannot be
+        committed the delivery goes back to the queue and the task runs again.
         """
         if transactional:
-            return self._run_in_transaction(key, task, kwargs, execute)
+            return self._run_in_transaction(key, task, kwargs, execute, completion)
         if key in self._recorded:
             self.duplicates += 1
             self._batch_key_done(key)
@@ -124,8 +142,34 @@ class Deduplicator:
             return refusal
         outcome = execute(kwargs)
         if outcome.__class__ is Succeeded:
+            if completion is not None:
+                completed = self._complete(key, task, completion, outcome, retry_record)
+                self._batch_key_done(key)
+                return completed
             self._record(key, task, retry_record)
         self._batch_key_done(key)
+        return outcome
+
+    def _complete(
+        self, key: str, task: str, completion: Completion, outcome: Outcome,
+        retry_record: RetryCall | None,
+    ) -> Outcome | Unavailable:
+        """Record the key with ``completion``'s work; Unavailable if it cannot commit."""
+        result = outcome.result if isinstance(outcome, Succeeded) else None
+        try:
+            completion.record(key, task, result)
+        except IdempotencyError as exc:
+            error: IdempotencyError | None = exc
+        else:
+            error = None
+        if error is not None and not (
+            retry_record is not None
+            and retry_record(lambda: completion.record(key, task, result))
+        ):
+            # Unlike a plain task's key, a lost count would stall its workflow: run again.
+            return Unavailable(f"task {task} succeeded but its completion could not be "
+                               f"recorded, so it runs again: {error}")
+        self._recorded.add(key)
         return outcome
 
     def _admit(self, key: str) -> Duplicate | Busy | None:
@@ -211,7 +255,8 @@ class Deduplicator:
         logger.error("task %s succeeded but its key %s was not recorded: %s", task, key, error)
 
     def _run_in_transaction(
-        self, key: str, task: str, kwargs: dict[str, Any], execute: Execute
+        self, key: str, task: str, kwargs: dict[str, Any], execute: Execute,
+        completion: Completion | None = None,
     ) -> Outcome | Duplicate | Unavailable:
         try:
             session = self.store.begin(key, task)
@@ -223,6 +268,10 @@ class Deduplicator:
         try:
             outcome = execute({**kwargs, "session": session})
             if outcome.__class__ is Succeeded:
+                if completion is not None:
+                    refused = _join(session, completion, outcome, task)
+                    if refused is not None:
+                        return refused
                 return _commit(session, outcome, task)
             _rollback(session)
             if isinstance(outcome, Failed) and outcome.exc is not None:
@@ -246,6 +295,20 @@ def _commit(session: Session, outcome: Succeeded, task: str) -> Outcome | Unavai
             return Unavailable(_outage(task, "its commit", exc))
         return failure(exc, outcome.duration_s)
     return outcome
+
+
+def _join(
+    session: Session, completion: Completion, outcome: Outcome, task: str
+) -> Outcome | Unavailable | None:
+    """Do ``completion``'s work before the commit; ``None`` when it is in the transaction."""
+    try:
+        completion.join(session, outcome.result if isinstance(outcome, Succeeded) else None)
+    except Exception as exc:  # nothing commits: neither the task's writes nor the key
+        _rollback(session)
+        if is_database_outage(exc):
+            return Unavailable(_outage(task, "its workflow completion", exc))
+        return failure(exc, outcome.duration_s)
+    return None
 
 
 def _outage(task: str, what: str, exc: BaseException) -> str:

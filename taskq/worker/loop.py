@@ -26,7 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from taskq.errors import DecodeError, IdempotencyError, ResultError, Retry
-from taskq.message import IDEMPOTENCY_KEY, TASK, Envelope, decode
+from taskq.message import IDEMPOTENCY_KEY, TASK, WORKFLOW, Envelope, decode
 from taskq.ordering.in_place import InPlaceRetrier
 from taskq.received import normalize_received
 from taskq.request import Request
@@ -52,6 +52,7 @@ from taskq.worker.execution import (
 from taskq.worker.infra_faults import FaultBackoff, Hold, SendBack
 from taskq.worker.plans import Plan, plan_of
 from taskq.worker.time_limits import delivery_key
+from taskq.workflows.completion import WorkflowHooks
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -114,7 +115,9 @@ class WorkerLoop:
         self._parent_pid = os.getppid()
         self._observers = observers if observers is not None else Observers()
         hold = self._hold = Hold(lambda: subscription.generation, self._is_stopping)
-        self._dead_letters = DeadLetterer(app, self._observers, hold=hold)
+        self._workflows = WorkflowHooks(app)
+        self._dead_letters = DeadLetterer(app, self._observers, hold=hold,
+                                          workflows=self._workflows)
         self._retrier = InPlaceRetrier(  # plain Retrier for unordered queues' deliveries
             app, hold=hold, dead_letters=self._dead_letters, is_stopping=self._is_stopping,
             generation=lambda: subscription.generation, alive_at=slot.alive_at,
@@ -259,7 +262,7 @@ class WorkerLoop:
                 self._report_success(delivery, envelope, Succeeded(*held))
                 return True
             observers.started(event)  # the store ignores it for a finished task (duplicate)
-        if plan.idempotent:
+        if plan.idempotent or WORKFLOW in envelope.headers:  # members count with their key
             outcome = self._run_idempotent(delivery, plan, envelope)
             if outcome is None:
                 return True  # a duplicate, or sent back: a redelivery is absorbed by its key
@@ -367,6 +370,7 @@ class WorkerLoop:
             envelope.kwargs,
             lambda kwargs: self._execute(plan, envelope, kwargs, delivery),
             transactional=plan.transactional,
+            completion=self._workflows.completion_of(envelope),
             retry_record=lambda record: self._hold.retry(
                 delivery, record, faults=(IdempotencyError,), done="recorded",
                 what=f"task {name}[{task_id}] from {delivery.queue}: its idempotency key",

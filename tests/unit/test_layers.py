@@ -22,6 +22,7 @@ LAYERS = {
         "broker", "broker.connection", "broker.publisher", "broker.subscription", "db",
         "schema", "outbox.store", "idempotency", "results", "delay", "sending",
         "schedules.store",
+        "workflows.store",
     },
     3: {
         "app", "task", "registry", "middleware", "outbox", "outbox.relay", "worker", "dlq",
@@ -30,6 +31,7 @@ LAYERS = {
         "schedules", "schedules.definitions", "schedules.scheduler", "schedules.beat_process",
         "schedules.report",
         "ordering.in_place", "ordering.status",
+        "workflows",
     },
     4: {"cli", "testing", "contrib", "dashboard", "__main__", "__init__"},
 }

@@ -143,3 +143,55 @@ class Scheduler(models.Model):
 
     def __str__(self) -> str:
         return f"scheduler {self.id[:8]} on {self.host} pid {self.pid}"
+
+
+class Workflow(models.Model):
+    """A chain, group or chord and where it stands (``taskq_workflows``)."""
+
+    id = models.CharField(max_length=255, primary_key=True)
+    kind = models.CharField(max_length=16)
+    state = models.CharField(max_length=16)
+    step = models.IntegerField()
+    steps = models.IntegerField()
+    remaining = models.IntegerField()
+    result = models.BinaryField(null=True)
+    error = models.TextField(null=True)
+    failed_task_id = models.CharField(max_length=255, null=True)
+    failed_task = models.CharField(max_length=255, null=True)
+    link_error = models.BinaryField(null=True)
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "taskq_workflows"
+        indexes = [models.Index(fields=["finished_at"], name="ix_taskq_workflows_finished_at")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.id} {self.state}"
+
+
+class WorkflowMember(models.Model):
+    """One member task of a workflow (``taskq_workflow_members``)."""
+
+    task_id = models.CharField(max_length=255, primary_key=True)
+    workflow_id = models.CharField(max_length=255)
+    step = models.IntegerField()
+    position = models.IntegerField()
+    task = models.CharField(max_length=255)
+    queue = models.CharField(max_length=255)
+    state = models.CharField(max_length=16)
+    call = models.BinaryField()
+    result = models.BinaryField(null=True)
+    error = models.TextField(null=True)
+    traceback = models.TextField(null=True)
+    finished_at = models.DateTimeField(null=True)
+
+    class Meta:
+        db_table = "taskq_workflow_members"
+        indexes = [
+            models.Index(fields=["workflow_id", "step", "position"],
+                         name="ix_taskq_workflow_members_step")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task}[{self.task_id}] {self.state}"
