@@ -17,7 +17,7 @@ DJANGO6_STAMP := $(DJANGO6_VENV)/.installed
 DJANGO_TESTS := tests/contrib/test_django.py tests/contrib/test_django_tasks.py
 PIP_QUIET := --quiet --disable-pip-version-check
 
-.PHONY: venv venv-django6 services browser screenshots test faults cluster demo lint
+.PHONY: venv venv-django6 services browser slow screenshots test faults cluster demo lint
 
 venv: $(STAMP)
 
@@ -66,9 +66,14 @@ test: venv venv-django6 services browser
 	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
 	$(DJANGO6_VENV)/bin/pytest -q $(DJANGO_TESTS)
 
+# The slow tests alone (marker slow: kill tests, several real workers, the browser); make
+# test skips them unless TASKQ_SLOW=1, as CI (.ci/run) sets.
+slow: venv services browser
+	TASKQ_SLOW=1 $(VENV)/bin/pytest -q -m slow $(PYTEST_ARGS)
+
 # Retake the dashboard screenshots of docs/dashboard.md (docs/images/), then commit them.
 screenshots: venv services browser
-	TASKQ_SCREENSHOTS=1 $(VENV)/bin/pytest -q tests/browser $(PYTEST_ARGS)
+	TASKQ_SLOW=1 TASKQ_SCREENSHOTS=1 $(VENV)/bin/pytest -q tests/browser $(PYTEST_ARGS)
 
 # The fault suite alone (tests/faults, docs/reliability.md): a private RabbitMQ node and
 # PostgreSQL cluster of its own. TASKQ_FAULT_SEED replays a run, TASKQ_FAULT_SCALE resizes it.

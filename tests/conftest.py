@@ -19,6 +19,7 @@ import sqlalchemy as sa
 from taskq import App
 from taskq.broker import topology as topo
 from taskq.schema import metadata
+from tests.support.layers import skip_unless_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +44,15 @@ def _answers(port: int) -> bool:
             return True
     except OSError:
         return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # The slow layer (kill storms, several real workers, the browser): CI runs it (.ci/run
+    # sets TASKQ_SLOW=1), a developer's ``make test`` skips it; ``make slow`` runs it alone.
+    skip_unless_enabled(
+        config, items, marker="slow", enabled=os.environ.get("TASKQ_SLOW", "") == "1",
+        how="slow test: run it with `make slow` (or TASKQ_SLOW=1); CI runs it",
+    )
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
