@@ -8,11 +8,7 @@ SIGTERM (after its tick transaction) and dies with its supervisor.
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import sys
 from collections.abc import Callable
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -21,14 +17,10 @@ from taskq.errors import ConfigurationError
 from taskq.schedules.scheduler import Scheduler
 from taskq.worker.process import (
     EXIT_FATAL,
-    STARTUP_BLOCKED_SIGNALS,
     ChildSpec,
-    _die_with_parent,
-    configure_logging,
-    load_spec_app,
 )
 from taskq.worker.relay_process import ensure_table
-from taskq.worker.side_process import SupervisedProcess
+from taskq.worker.side_process import SupervisedProcess, run_side_process
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -62,24 +54,7 @@ def run_beat(app: App, should_stop: Callable[[], bool]) -> int:
 
 def beat_main(spec: ChildSpec) -> None:
     """Entry point of the scheduler process started by the supervisor."""
-    configure_logging(spec.loglevel, spec.log_format)
-    _die_with_parent(spec.supervisor_pid)
-    stop = False
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        nonlocal stop
-        stop = True
-
-    def should_stop() -> bool:
-        if not stop and spec.supervisor_pid and os.getppid() != spec.supervisor_pid:
-            logger.warning("the supervisor process is gone; stopping the scheduler")
-            return True
-        return stop
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STARTUP_BLOCKED_SIGNALS)
-    sys.exit(run_beat(load_spec_app(spec), should_stop))
+    run_side_process(spec, run_beat, "scheduler")
 
 
 class BeatProcess(SupervisedProcess):

@@ -9,10 +9,6 @@ being up, they only wait longer.
 from __future__ import annotations
 
 import logging
-import os
-import signal
-import sys
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -20,13 +16,9 @@ import sqlalchemy as sa
 from taskq.settings import redact_url
 from taskq.worker.process import (
     EXIT_FATAL,
-    STARTUP_BLOCKED_SIGNALS,
     ChildSpec,
-    _die_with_parent,
-    configure_logging,
-    load_spec_app,
 )
-from taskq.worker.side_process import SupervisedProcess
+from taskq.worker.side_process import SupervisedProcess, run_side_process
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -90,24 +82,7 @@ def relay_main(spec: ChildSpec) -> None:
     An orphaned relay would go on publishing beside the next supervisor's relay, which on
     SQLite (no ``SKIP LOCKED``) republishes the same rows.
     """
-    configure_logging(spec.loglevel, spec.log_format)
-    _die_with_parent(spec.supervisor_pid)
-    stop = False
-
-    def on_sigterm(signum: int, frame: FrameType | None) -> None:
-        nonlocal stop
-        stop = True
-
-    def should_stop() -> bool:
-        if not stop and spec.supervisor_pid and os.getppid() != spec.supervisor_pid:
-            logger.warning("the supervisor process is gone; stopping the outbox relay")
-            return True
-        return stop
-
-    signal.signal(signal.SIGTERM, on_sigterm)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STARTUP_BLOCKED_SIGNALS)
-    sys.exit(run_relay(load_spec_app(spec), should_stop))
+    run_side_process(spec, run_relay, "outbox relay")
 
 
 class RelayProcess(SupervisedProcess):

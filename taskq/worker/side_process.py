@@ -11,17 +11,54 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from multiprocessing.process import BaseProcess
+from types import FrameType
 from typing import Any
 
-from taskq.worker.process import EXIT_FATAL, STARTUP_BLOCKED_SIGNALS, ChildSpec
+from taskq.worker.process import (
+    EXIT_FATAL,
+    STARTUP_BLOCKED_SIGNALS,
+    ChildSpec,
+    _die_with_parent,
+    configure_logging,
+    load_spec_app,
+)
 
 logger = logging.getLogger(__name__)
 
 #: A side process that dies younger than this waits this long before it is started again.
 RESTART_PAUSE_S = 1.0
+
+
+def run_side_process(
+    spec: ChildSpec, run: Callable[[Any, Callable[[], bool]], int], label: str
+) -> None:
+    """Body of a side process: load the app, ``run(app, should_stop)``, exit with its code.
+
+    SIGTERM asks ``run`` to stop after its current step; the process also stops when its
+    supervisor is gone (its parent pid changed), and Linux sends it SIGTERM then too.
+    """
+    configure_logging(spec.loglevel, spec.log_format)
+    _die_with_parent(spec.supervisor_pid)
+    stop = False
+
+    def on_sigterm(signum: int, frame: FrameType | None) -> None:
+        nonlocal stop
+        stop = True
+
+    def should_stop() -> bool:
+        if not stop and spec.supervisor_pid and os.getppid() != spec.supervisor_pid:
+            logger.warning("the supervisor process is gone; stopping the %s", label)
+            return True
+        return stop
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STARTUP_BLOCKED_SIGNALS)
+    sys.exit(run(load_spec_app(spec), should_stop))
 
 
 class SupervisedProcess:
