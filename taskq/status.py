@@ -42,6 +42,10 @@ class QueueStatus:
     unacked: int | None
     consumers: int
     dead_letters: int
+    #: Messages per second into the queue and acked from it, as the management plugin
+    #: averages them (``None`` without the management API: AMQP does not count them).
+    published_per_s: float | None = None
+    acked_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,8 @@ def _broker_part(app: App, names: list[str]) -> dict[str, Any]:
             unacked=stats.get(name, empty).unacked,
             consumers=stats.get(name, empty).consumers,
             dead_letters=stats.get(topo.dlq_name(name), empty).ready,
+            published_per_s=stats.get(name, empty).published_per_s,
+            acked_per_s=stats.get(name, empty).acked_per_s,
         )
         for name in names
     ]
@@ -163,7 +169,12 @@ def _amqp_source(status: Status) -> str:
     # An amqps broker's management API is asked over HTTPS only (broker/_management.py).
     https = " with its HTTPS listener on port 15671" if status.broker_url.startswith(
         "amqps://") else ""
-    return f"AMQP passive declare (unacked unknown: enable rabbitmq_management{https})"
+    return ("AMQP passive declare (unacked and publish/ack rates unknown: enable "
+            f"rabbitmq_management{https})")
+
+
+def _per_s(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 def render(status: Status) -> str:
@@ -174,13 +185,16 @@ def render(status: Status) -> str:
     else:
         how = "management API" if status.source == "management" else _amqp_source(status)
         lines.append(f"  broker: {status.broker_url} via {how}")
+        rates = status.source == "management"
         lines.append(f"  {'queue':<32} {'ready':>8} {'unacked':>8} {'consumers':>9} "
-                     f"{'dead':>6}")
+                     f"{'dead':>6}" + (f" {'publish/s':>9} {'ack/s':>8}" if rates else ""))
         for q in status.queues:
             unacked = "-" if q.unacked is None else str(q.unacked)
             name = q.name if q.exists else f"{q.name} (not declared)"
             lines.append(f"  {name:<32} {q.ready:>8} {unacked:>8} {q.consumers:>9} "
-                         f"{q.dead_letters:>6}")
+                         f"{q.dead_letters:>6}" + (
+                             f" {_per_s(q.published_per_s):>9} {_per_s(q.acked_per_s):>8}"
+                             if rates else ""))
         lines.extend(render_ordered(status.ordered))
         lines.append(f"  unroutable (parked): {status.unroutable}")
         lines.append(f"  delayed (in delay tiers): {status.delayed}; delay backend: "

@@ -3,9 +3,10 @@
 The management API is asked over HTTPS (port 15671) when the broker URL is ``amqps://`` and
 over plain HTTP (port 15672) when it is ``amqp://``; see :mod:`taskq.broker._management`.
 
-The management API reports ready and unacked messages and consumers per queue. Without it,
-a passive ``queue.declare`` over AMQP reports ready messages and consumers only: unacked
-counts are then unknown (``None``), and ``taskq status`` says so.
+The management API reports ready and unacked messages, consumers, and the publish and ack
+rates (``message_stats``, averaged by the broker over its statistics interval) per queue.
+Without it, a passive ``queue.declare`` over AMQP reports ready messages and consumers only:
+unacked counts and rates are then unknown (``None``), and ``taskq status`` says so.
 """
 
 from __future__ import annotations
@@ -28,12 +29,15 @@ _MANAGEMENT_TIMEOUT_S = 1.5
 
 @dataclass(frozen=True)
 class QueueStats:
-    """Figures of one queue; ``unacked`` is ``None`` when the source cannot tell."""
+    """Figures of one queue; ``unacked`` and the rates are ``None`` when the source cannot
+    tell (AMQP). Rates are messages per second as the management plugin computes them."""
 
     name: str
     ready: int
     unacked: int | None
     consumers: int
+    published_per_s: float | None = None
+    acked_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -86,7 +90,8 @@ def _from_management(settings: Settings, names: list[str]) -> dict[str, QueueSta
     params = connection_parameters(settings, client_name="taskq status")
     path = (
         f"/api/queues/{management.vhost_path(params)}"
-        "?columns=name,messages_ready,messages_unacknowledged,consumers"
+        "?columns=name,messages_ready,messages_unacknowledged,consumers,"
+        "message_stats.publish_details.rate,message_stats.ack_details.rate"
     )
     try:
         rows = management.get_json(params, path, timeout_s=_MANAGEMENT_TIMEOUT_S)
@@ -100,7 +105,17 @@ def _from_management(settings: Settings, names: list[str]) -> dict[str, QueueSta
             int(row.get("messages_ready") or 0),
             int(row.get("messages_unacknowledged") or 0),
             int(row.get("consumers") or 0),
+            _rate(row, "publish_details"),
+            _rate(row, "ack_details"),
         )
         for row in rows
         if row.get("name") in wanted
     }
+
+
+def _rate(row: dict[str, object], details: str) -> float:
+    """A ``message_stats`` rate; a queue nothing has happened to yet has no stats: 0."""
+    stats = row.get("message_stats")
+    value = stats.get(details, {}) if isinstance(stats, dict) else {}
+    rate = value.get("rate", 0.0) if isinstance(value, dict) else 0.0
+    return float(rate) if isinstance(rate, (int, float)) else 0.0

@@ -1,7 +1,12 @@
-"""Rates the dashboard shows, from successive observations (never invented).
+"""Rates the dashboard shows, from the broker's statistics or successive observations.
 
-Without RabbitMQ's management plugin nothing tells how many messages were published to a
-queue or acked from it, so the dashboard derives what it honestly can:
+RabbitMQ counts publishes and acks per queue only in its management plugin
+(``message_stats``). When ``taskq status`` reads the management API, the dashboard shows:
+
+* ``published_per_s`` and ``acked_per_s``: the broker's own rates (averaged over its
+  statistics interval, 5 s by default), for every publisher and consumer of the queue.
+
+Without the plugin, it derives what it honestly can:
 
 * ``ready_change_per_s``: the change of the queue's ready count between two observations
   at least :data:`MIN_INTERVAL_S` apart (positive: it grows). Always available after the
@@ -9,7 +14,8 @@ queue or acked from it, so the dashboard derives what it honestly can:
 * ``finished_per_s``: tasks this worker's processes finished (succeeded, retried,
   dead-lettered or skipped as duplicates: each one an ack) per second, from the worker's
   Prometheus counters. Only when the dashboard runs inside ``taskq worker`` with
-  ``--metrics-port`` (the counters exist only then), and only this worker's processes.
+  ``--metrics-port`` (the counters exist only then), and only this worker's processes. It
+  stands in for ``acked_per_s`` (``acked_source`` says which one it is).
 
 Anything else is ``None`` with a reason in ``notes``.
 """
@@ -29,8 +35,8 @@ logger = logging.getLogger(__name__)
 MIN_INTERVAL_S = 1.0
 
 PUBLISH_NOTE = (
-    "publish counts are kept only by RabbitMQ's management plugin (message_stats); "
-    "the dashboard does not compute a publish rate without them"
+    "publish and ack counts are kept only by RabbitMQ's management plugin (message_stats): "
+    "enable rabbitmq_management for published/s and every consumer's acked/s"
 )
 FINISHED_NOTE = (
     "tasks finished per second come from the worker's metrics: serve the dashboard from "
@@ -43,6 +49,8 @@ class _Sample:
     at: float
     ready: dict[str, int]
     finished: dict[str, float] | None
+    #: The broker's rates per queue (management API), ``None`` each where it cannot tell.
+    broker: dict[str, tuple[float | None, float | None]]
 
 
 FinishedCounts = Callable[[], "dict[str, float] | None"]
@@ -66,8 +74,10 @@ class RateTracker:
 
     def observe(self, status: Mapping[str, Any]) -> dict[str, Any]:
         """Record ``status`` (``Status.to_dict()``) and return the rates per queue."""
-        ready = {q["name"]: int(q["ready"]) for q in status.get("queues", [])}
-        sample = _Sample(self._clock(), ready, self._finished())
+        queues = status.get("queues", [])
+        ready = {q["name"]: int(q["ready"]) for q in queues}
+        broker = {q["name"]: (q.get("published_per_s"), q.get("acked_per_s")) for q in queues}
+        sample = _Sample(self._clock(), ready, self._finished(), broker)
         with self._lock:
             if self._last is None or sample.at - self._last.at >= MIN_INTERVAL_S:
                 self._previous, self._last = self._last, sample
@@ -75,21 +85,35 @@ class RateTracker:
         return self._rates(base, sample)
 
     def _rates(self, base: _Sample | None, now: _Sample) -> dict[str, Any]:
-        notes = [PUBLISH_NOTE]
-        if now.finished is None:
+        queues = {name: self._queue(base, now, name) for name in now.ready}
+        notes = []
+        if any(q["published_per_s"] is None for q in queues.values()):
+            notes.append(PUBLISH_NOTE)
+        if any(q["acked_per_s"] is None for q in queues.values()) or (
+                not queues and now.finished is None):
             notes.append(FINISHED_NOTE)
         if base is None:
             notes.append("rates need two observations at least 1 s apart: refresh again")
-        queues = {
-            name: {
-                "published_per_s": None,
-                "ready_change_per_s": _rate(base, now, base.ready.get(name) if base else None,
-                                            ready),
-                "finished_per_s": _rate(base, now, _finished(base, name), _finished(now, name)),
-            }
-            for name, ready in now.ready.items()
-        }
         return {"queues": queues, "notes": notes}
+
+    @staticmethod
+    def _queue(base: _Sample | None, now: _Sample, name: str) -> dict[str, Any]:
+        published, acked = now.broker.get(name, (None, None))
+        finished = _rate(base, now, _finished(base, name), _finished(now, name))
+        if acked is not None:
+            acked_source: str | None = "broker"
+        elif finished is not None:
+            acked, acked_source = finished, "this worker"
+        else:
+            acked_source = None
+        return {
+            "published_per_s": published,
+            "acked_per_s": acked,
+            "acked_source": acked_source,
+            "ready_change_per_s": _rate(base, now, base.ready.get(name) if base else None,
+                                        now.ready[name]),
+            "finished_per_s": finished,
+        }
 
 
 def _finished(sample: _Sample | None, queue: str) -> float | None:

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from taskq.broker.consumers import active_consumers
 from taskq.broker.inspect import QueueStats
 
 if TYPE_CHECKING:
     from taskq.app import App
+
+_N = TypeVar("_N", int, float)
 
 UNKNOWN_ACTIVE = (
     "unknown: RabbitMQ tells which consumer is active only through its management API "
@@ -33,6 +35,8 @@ class PartitionStatus:
     unacked: int | None
     consumers: int
     active: str | None  # connection name of the active consumer; None: none or unknown
+    published_per_s: float | None = None  # management API only
+    acked_per_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ def ordered_part(
             PartitionStatus(
                 p, p in stats, stats.get(p, empty).ready, stats.get(p, empty).unacked,
                 stats.get(p, empty).consumers, (active or {}).get(p),
+                stats.get(p, empty).published_per_s, stats.get(p, empty).acked_per_s,
             )
             for p in app.topology.partition_queues(name)
         ])
@@ -76,13 +81,19 @@ def totals(queue: str, ordered: list[OrderedQueueStatus]) -> QueueStats | None:
     for status in ordered:
         if status.name == queue and any(p.exists for p in status.partitions):
             parts = status.partitions
-            unacked = [p.unacked for p in parts]
             return QueueStats(
-                queue, sum(p.ready for p in parts),
-                None if None in unacked else sum(u or 0 for u in unacked),
+                queue, sum(p.ready for p in parts), _sum([p.unacked for p in parts]),
                 max(p.consumers for p in parts),
+                _sum([p.published_per_s for p in parts]), _sum([p.acked_per_s for p in parts]),
             )
     return None
+
+
+def _sum(values: list[_N | None]) -> _N | None:
+    """The sum, or ``None`` when any part is unknown."""
+    if any(v is None for v in values):
+        return None
+    return sum(v for v in values if v is not None)
 
 
 def render_ordered(ordered: list[OrderedQueueStatus]) -> list[str]:

@@ -34,6 +34,9 @@ from tests.system.workers import ROOT, Worker, declare_topology
 
 CHROMIUM = os.environ.get("TASKQ_TEST_CHROMIUM", "/usr/bin/chromium")
 IMAGES = ROOT / "docs" / "images"
+# Read at import: the autouse fixture of tests/conftest.py removes TASKQ_* variables (other
+# than TASKQ_TEST_*) from every test's environment, this one included.
+SCREENSHOTS = os.environ.get("TASKQ_SCREENSHOTS") == "1"
 TOKEN = "s3cret-dashboard-token"
 APP_PATH = "tests.tasks_dashboard:app"
 
@@ -198,7 +201,7 @@ def screenshot(page: Any, name: str) -> None:
     ``make screenshots`` (``TASKQ_SCREENSHOTS=1``) writes it to docs/images/NAME.png; other
     runs write it under the temporary directory, so a test run leaves the tree clean.
     """
-    if os.environ.get("TASKQ_SCREENSHOTS") == "1":
+    if SCREENSHOTS:
         directory = IMAGES
     else:
         directory = Path(tempfile.gettempdir()) / "taskq-screenshots"

@@ -5,14 +5,19 @@ from __future__ import annotations
 import json
 import os
 import signal
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
 
+import pika
 import pytest
 
 from taskq import App
+from taskq.broker import _management as management
 from taskq.broker import topology as topo
+from taskq.dashboard.server import DashboardServer
+from taskq.status import collect
 from tests import tasks_dashboard
 from tests.browser.conftest import (
     TOKEN,
@@ -23,6 +28,7 @@ from tests.browser.conftest import (
     screenshot,
     worker_with_dashboard,
 )
+from tests.faults.services import ManagedRabbit
 from tests.support.rabbitmq_nodes import free_port
 from tests.support.waiting import wait_until
 from tests.system.workers import count_runs, declare_topology, send
@@ -285,3 +291,107 @@ def test_an_unknown_queue_is_404_and_an_undeclared_parking_queue_is_empty(
     assert response.status == 200
     assert "not declared yet" in page.page.inner_text("#missing")
     assert "no token" in page.page.inner_text("main")
+
+
+def test_with_the_management_api_the_overview_shows_unacked_and_the_brokers_rates(
+    page: Page, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # Given a private node with the management plugin, a publisher sending 20 messages/s,
+    # a consumer holding 3 unacked messages and another acking the rest
+    node = ManagedRabbit()
+    stop = threading.Event()
+    threads: list[threading.Thread] = []
+    server: DashboardServer | None = None
+    try:
+        node.start()
+        monkeypatch.setattr(management, "MANAGEMENT_PORT", node.management_port)
+        app = App("managed", broker_url=node.url, namespace=f"dash{uuid.uuid4().hex[:6]}",
+                  database_url=f"sqlite:///{tmp_path}/t.db")
+        queue = app.settings.default_queue
+        app.create_tables()
+        declare_topology(app)
+        threads = [threading.Thread(target=target, args=(node.url, queue, stop), daemon=True)
+                   for target in (_publish_20_per_s, _hold_3_unacked, _ack_everything)]
+        for thread in threads:
+            thread.start()
+        server = DashboardServer(app, port=0, token=TOKEN)
+        server.start()
+        base = f"http://127.0.0.1:{server.port}"
+
+        # When the overview is opened and its live counts have caught up
+        page.page.goto(base + "/")
+
+        def row_shows_the_rates() -> bool:
+            published = _rate_cell(page.page, queue, "published_per_s")
+            acked = _rate_cell(page.page, queue, "acked_per_s")
+            return (_cell(page.page, queue, "unacked") == "3" and published is not None
+                    and 10 <= published <= 30 and acked is not None and 10 <= acked <= 30)
+
+        wait_until(row_shows_the_rates, timeout_s=45, interval_s=0.5,
+                   message=lambda: page.page.inner_text("#queues"))
+
+        # Then it names its source and shows the broker's counts, and no note says n/a
+        assert "via the management API" in " ".join(page.page.inner_text(".source").split())
+        assert _cell(page.page, queue, "consumers") == "2"
+        # (the notes are live too: the first observation's "refresh again" goes)
+        wait_until(lambda: "refresh again" not in page.page.inner_text("#rate-notes"),
+                   timeout_s=15, interval_s=0.5)
+        assert "management plugin" not in page.page.inner_text("#rate-notes")
+        screenshot(page.page, "dashboard-overview-management")
+        # And the JSON API's queue figures equal taskq status --json's
+        api = page.page.request.get(f"{base}/api/overview").json()["status"]["queues"]
+        status = collect(app).to_dict()["queues"]
+        pick = ("name", "unacked", "consumers", "dead_letters")
+        assert [{k: q[k] for k in pick} for q in api] == [{k: q[k] for k in pick}
+                                                          for q in status]
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
+        if server is not None:
+            server.stop()
+        node.close()
+
+
+def _rate_cell(page: Any, queue: str, rate: str) -> float | None:
+    text = page.inner_text(f"#queues tr[data-queue='{queue}'] [data-rate={rate}]")
+    try:
+        return float(text)
+    except ValueError:
+        return None  # n/a, not collected yet
+
+
+def _publish_20_per_s(url: str, queue: str, stop: threading.Event) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    try:
+        while not stop.is_set():
+            channel.basic_publish("", queue, b"x")
+            connection.sleep(0.05)
+    finally:
+        connection.close()
+
+
+def _hold_3_unacked(url: str, queue: str, stop: threading.Event) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=3)
+    channel.basic_consume(queue, lambda *a: None)  # never acks
+    try:
+        while not stop.is_set():
+            connection.process_data_events(time_limit=0.2)
+    finally:
+        connection.close()
+
+
+def _ack_everything(url: str, queue: str, stop: threading.Event) -> None:
+    connection = pika.BlockingConnection(pika.URLParameters(url))
+    channel = connection.channel()
+    channel.basic_qos(prefetch_count=50)
+    channel.basic_consume(
+        queue, lambda ch, method, _p, _b: ch.basic_ack(method.delivery_tag))
+    try:
+        while not stop.is_set():
+            connection.process_data_events(time_limit=0.2)
+    finally:
+        connection.close()

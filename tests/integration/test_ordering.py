@@ -19,8 +19,7 @@ from taskq.ordering.keys import partition_of
 from taskq.outbox.store import OutboxStore
 from taskq.schema import outbox_table
 from taskq.status import collect, render
-from tests.faults.services import PrivateRabbit
-from tests.support.rabbitmq_nodes import answers, free_port
+from tests.faults.services import ManagedRabbit
 from tests.support.waiting import wait_until
 
 
@@ -138,21 +137,6 @@ def test_changing_the_partition_count_is_refused_with_the_migration_steps(
     assert not broker.exists(f"{namespace}.ledger.p{max(count, 16)}")
 
 
-class _ManagedRabbit(PrivateRabbit):
-    """A private node with the management plugin on a port of its own."""
-
-    def __init__(self) -> None:
-        self.management_port = free_port()
-        super().__init__()
-
-    def _write_files(self) -> None:
-        super()._write_files()
-        (self.root / "enabled_plugins").write_text("[rabbitmq_management].\n")
-        with open(self.root / "rabbitmq.conf", "a") as conf:
-            conf.write(f"management.tcp.ip = 127.0.0.1\nmanagement.tcp.port = "
-                       f"{self.management_port}\n")
-
-
 @pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_status_shows_each_partitions_depth_and_says_the_active_consumer_is_unknown(
     ledger: App,
@@ -178,11 +162,9 @@ def test_status_shows_each_partitions_depth_and_says_the_active_consumer_is_unkn
 def test_status_names_the_active_consumer_of_each_partition_with_the_management_api(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any, namespace: str
 ) -> None:
-    node = _ManagedRabbit()
+    node = ManagedRabbit()
     try:
         node.start()
-        wait_until(lambda: answers(node.management_port), timeout_s=60,
-                   message="the management API of the private node")
         monkeypatch.setattr(management, "MANAGEMENT_PORT", node.management_port)
         app = App("managed", broker_url=node.url, namespace=namespace,
                   database_url=f"sqlite:///{tmp_path}/t.db")

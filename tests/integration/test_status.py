@@ -66,7 +66,7 @@ def test_status_reports_what_the_test_put_there(
     assert status.delay_backend == "tiers"
     assert status.consumers == 1
     text = render(status)
-    assert "unacked unknown: enable rabbitmq_management" in text
+    assert "unacked and publish/ack rates unknown: enable rabbitmq_management" in text
     assert "5 rows waiting" in text
 
 

@@ -28,7 +28,8 @@ def _view(**status: Any) -> dict[str, Any]:
     }
     return {
         "status": base,
-        "rates": {"queues": {"emails": {"published_per_s": None, "ready_change_per_s": 0.5,
+        "rates": {"queues": {"emails": {"published_per_s": None, "acked_per_s": None,
+                                        "acked_source": None, "ready_change_per_s": 0.5,
                                         "finished_per_s": None}}, "notes": [PUBLISH_NOTE]},
         "workers": {"served_from_worker": True, "processes": 2, "alive": 2, "restarts": 1,
                     "healthy": True},
@@ -99,8 +100,36 @@ def test_rates_come_from_two_observations_at_least_a_second_apart() -> None:
     now[0], finished[0] = 102.0, {"emails": 30.0}
     status["queues"][0]["ready"] = 16
     second = tracker.observe(status)["queues"]["emails"]
-    assert second == {"published_per_s": None, "ready_change_per_s": 3.0,
+    assert second == {"published_per_s": None, "acked_per_s": 10.0,
+                      "acked_source": "this worker", "ready_change_per_s": 3.0,
                       "finished_per_s": 10.0}
+
+
+def test_the_brokers_rates_are_shown_when_the_management_api_gives_them() -> None:
+    now = [0.0]
+    tracker = RateTracker(lambda: {"emails": 5.0}, clock=lambda: now[0])
+    status = {"queues": [{"name": "emails", "ready": 4, "published_per_s": 12.5,
+                          "acked_per_s": 11.0}]}
+    first = tracker.observe(status)
+    assert first["queues"]["emails"]["published_per_s"] == 12.5  # no second look needed
+    now[0] = 2.0
+    rates = tracker.observe(status)
+    emails = rates["queues"]["emails"]
+    # every consumer's acks (the broker's), not only this worker's finished tasks
+    assert (emails["acked_per_s"], emails["acked_source"]) == (11.0, "broker")
+    assert emails["finished_per_s"] == 0.0
+    assert PUBLISH_NOTE not in rates["notes"]
+    assert not any("--metrics-port" in note for note in rates["notes"])
+
+
+def test_overview_shows_the_brokers_rates_and_where_acked_comes_from() -> None:
+    view = _view(source="management")
+    view["rates"] = {"queues": {"emails": {
+        "published_per_s": 12.5, "acked_per_s": 11.0, "acked_source": "broker",
+        "ready_change_per_s": 0.5, "finished_per_s": None}}, "notes": []}
+    html = _render(view)
+    assert '<td class="n" data-rate="published_per_s">12.5</td>' in html
+    assert '<td class="n" data-rate="acked_per_s">11.0</td>' in html
 
 
 def test_without_worker_metrics_the_acked_rate_is_unknown_with_a_reason() -> None:
@@ -110,6 +139,8 @@ def test_without_worker_metrics_the_acked_rate_is_unknown_with_a_reason() -> Non
     now[0] = 5.0
     rates = tracker.observe({"queues": [{"name": "q", "ready": 1}]})
     assert rates["queues"]["q"]["finished_per_s"] is None
+    assert rates["queues"]["q"]["acked_per_s"] is None
+    assert PUBLISH_NOTE in rates["notes"]
     assert any("--metrics-port" in note for note in rates["notes"])
 
 

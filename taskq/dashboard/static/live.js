@@ -40,6 +40,15 @@
     document.querySelectorAll("[data-live-flag]").forEach(function (el) {
       el.textContent = pick(data, el.getAttribute("data-live-flag")) ? "healthy" : "not healthy";
     });
+    var notes = document.getElementById("rate-notes");
+    if (notes && data.rates && data.rates.notes) {
+      notes.textContent = "";
+      data.rates.notes.forEach(function (note) {
+        var item = document.createElement("li");
+        item.textContent = note;
+        notes.appendChild(item);
+      });
+    }
     body.setAttribute("data-refreshed", String(Date.now()));
   }
   function poll() {
