@@ -19,8 +19,9 @@ from taskq.cli._common import (
 )
 from taskq.cli.dashboard import ENV_TOKEN, dashboard_server
 from taskq.errors import TaskqError
+from taskq.worker.monitoring import Monitoring
 from taskq.worker.process import configure_logging, load_app
-from taskq.worker.supervisor import Monitoring, Supervisor
+from taskq.worker.supervisor import Supervisor
 
 
 @click.command()

@@ -32,17 +32,17 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from taskq.broker.connection import declare, open_connection
-from taskq.errors import ConfigurationError
 from taskq.settings import redact_url
-from taskq.worker.consumer_timeout import consumer_timeout_warnings
 from taskq.worker.deaths import DeathLedger
+from taskq.worker.monitoring import HEALTH_STALE_S, Monitoring, SupervisorMonitor
+from taskq.worker.preflight import ensure_idempotency_table, warn_about_long_time_limits
 from taskq.worker.process import (
     EXIT_FATAL,
     STARTUP_BLOCKED_SIGNALS,
     ChildSpec,
     child_main,
 )
-from taskq.worker.relay_process import RelayProcess, ensure_table
+from taskq.worker.relay_process import RelayProcess
 from taskq.worker.signals import kill_and_wait, send_signal, signal_name
 from taskq.worker.time_limits import Slot, SlotState, describe_key
 
@@ -50,7 +50,6 @@ if TYPE_CHECKING:
     from multiprocessing.process import BaseProcess
 
     from taskq.app import App
-    from taskq.worker.sidecars import Sidecar
 
 logger = logging.getLogger(__name__)
 
@@ -62,27 +61,6 @@ DUPLICATE_SIGNAL_WINDOW_S = 1.0
 _WATCH_INTERVAL_S = 0.1
 # A process that dies sooner than this after starting is restarted only after this long.
 _MIN_LIFETIME_S = 1.0
-
-
-# A process that has not looked at its consumer for this long is unhealthy.
-HEALTH_STALE_S = 10.0
-# How often the health file is touched while healthy (probes check its age).
-HEALTH_TOUCH_INTERVAL_S = 1.0
-
-
-@dataclass(frozen=True)
-class Monitoring:
-    """What ``taskq worker`` exposes for operations.
-
-    Args:
-        metrics_port: Serve Prometheus ``/metrics`` and ``/healthz`` on this port.
-        health_file: Touch this file about every second while healthy.
-        sidecars: Servers run on threads of the supervisor (the dashboard).
-    """
-
-    metrics_port: int | None = None
-    health_file: str | None = None
-    sidecars: tuple[Sidecar, ...] = ()
 
 
 @dataclass
@@ -146,10 +124,8 @@ class Supervisor:
             if p is not None
         ]
         self._monitoring = monitoring or Monitoring()
-        self._metrics_server: Any = None
-        self._metrics_dir: str | None = None
+        self._monitor = SupervisorMonitor(self._monitoring, self.healthy)
         self._restarts = 0
-        self._health_touched_at = 0.0
         self._ledger: DeathLedger | None = None
         self._signals: list[tuple[int, float]] = []
         self._first_signal_at = 0.0
@@ -171,9 +147,9 @@ class Supervisor:
             BrokerConnectionError: the broker cannot be reached at start.
             ConfigurationError: ``delay_backend='plugin'`` and the broker lacks the plugin.
         """
-        self._warn_about_long_time_limits()
+        warn_about_long_time_limits(self.app, self.queues)
         self._declare_topology()
-        self._ensure_idempotency_table()
+        ensure_idempotency_table(self.app)
         ledger = self._ledger = DeathLedger.create()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STARTUP_BLOCKED_SIGNALS}
         try:
@@ -185,7 +161,10 @@ class Supervisor:
             self._children = [
                 _Child(index, Slot(self._context)) for index in range(1, self.process_count + 1)
             ]
-            self._start_metrics()
+            self._monitor.start_metrics(
+                alive=self.alive, restarts=lambda: self._restarts,
+                backlog=self.app.outbox_backlog if self._relay is not None else None,
+            )
             for sidecar in self._monitoring.sidecars:
                 sidecar.start(self)
             for child in self._children:
@@ -195,7 +174,7 @@ class Supervisor:
             return self._watch()
         finally:
             self._kill_all()
-            self._stop_metrics()
+            self._monitor.stop()
             for sidecar in self._monitoring.sidecars:
                 sidecar.stop()
             for sig, handler in previous.items():
@@ -203,31 +182,6 @@ class Supervisor:
             ledger.remove()
 
     # -- start-up --------------------------------------------------------------------------
-
-    def _warn_about_long_time_limits(self) -> None:
-        for warning in consumer_timeout_warnings(self.app, self.queues):
-            logger.warning("%s", warning)
-
-    def _ensure_idempotency_table(self) -> None:
-        """Idempotent tasks need ``taskq_processed``: check (SQLite: create) it once here,
-        before the processes start, rather than racing to create it in each of them."""
-        if not any(task.options.idempotent for task in self.app.registry):
-            return
-        try:
-            ready = ensure_table(self.app, "taskq_processed", "idempotent tasks")
-        except Exception as exc:  # SQLAlchemy errors: unreachable database, bad URL
-            raise ConfigurationError(
-                f"cannot reach the database {redact_url(self.settings.database_url)} that "
-                f"holds idempotency keys: {exc}; idempotent tasks need it (or declare tasks "
-                "with idempotent=False)"
-            ) from exc
-        finally:
-            self.app.close()  # no pooled connection may be inherited by a process
-        if not ready:
-            raise ConfigurationError(
-                "table taskq_processed is missing; run `taskq db create -A ...` (or migrate "
-                "with taskq.metadata), or declare tasks with idempotent=False"
-            )
 
     def _declare_topology(self) -> None:
         topology = self.app.topology
@@ -295,7 +249,7 @@ class Supervisor:
             now = time.monotonic()
             for child in self._children:
                 self._check(child, now)
-            self._touch_health_file(now)
+            self._monitor.touch_health_file(now)
             for side in self._side_processes:
                 side.check(now, stopping=bool(self._stopping_at))
             if self._stopping_at and now >= self._stopping_at and not self._forced:
@@ -416,48 +370,11 @@ class Supervisor:
         """How many worker processes run now."""
         return sum(1 for child in self._children if child.process is not None)
 
-    def _start_metrics(self) -> None:
-        port = self._monitoring.metrics_port
-        if port is None:
-            return
-        import tempfile
-
-        from taskq.worker import metrics
-
-        # Before any process imports prometheus_client (it picks its storage at import).
-        self._metrics_dir = tempfile.mkdtemp(prefix="taskq-metrics-")
-        metrics.enable_multiprocess(self._metrics_dir)
-        backlog = self.app.outbox_backlog if self._relay is not None else None
-        self._metrics_server = metrics.MetricsServer(
-            port, healthy=self.healthy, alive=self.alive, restarts=lambda: self._restarts,
-            backlog=backlog,
-        ).start()
-
-    def _stop_metrics(self) -> None:
-        if self._metrics_server is not None:
-            self._metrics_server.stop()
-        if self._metrics_dir is not None:
-            import shutil
-
-            shutil.rmtree(self._metrics_dir, ignore_errors=True)
-
-    def _touch_health_file(self, now: float) -> None:
-        path = self._monitoring.health_file
-        if path is None or now - self._health_touched_at < HEALTH_TOUCH_INTERVAL_S:
-            return
-        if self.healthy(now):
-            with open(path, "a", encoding="utf-8"):
-                os.utime(path)
-            self._health_touched_at = now
-
     def _record_death(
         self, child: _Child, pid: int, code: int, state: SlotState | None
     ) -> None:
         self._restarts += 1
-        if self._metrics_server is not None:
-            from taskq.worker import metrics
-
-            metrics.mark_process_dead(pid)
+        self._monitor.process_died(pid)
         how = f"signal {signal_name(-code)}" if code < 0 else f"exit code {code}"
         if state is None or not state.key:
             torn = " while writing its slot" if state is None else ""

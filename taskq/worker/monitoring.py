@@ -1,0 +1,99 @@
+"""What the supervisor exposes for operations: Prometheus metrics, ``/healthz``, a health file.
+
+:class:`Monitoring` is what ``taskq worker`` was asked for (``--metrics-port``,
+``--health-file``, sidecars such as the dashboard); :class:`SupervisorMonitor` runs it for one
+supervisor: the metrics server (multiprocess counters in a temporary directory, removed at
+the end), the health file touched about every second while healthy, and a dead process's
+gauges dropped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from taskq.worker.sidecars import Sidecar
+
+# A process that has not looked at its consumer for this long is unhealthy.
+HEALTH_STALE_S = 10.0
+# How often the health file is touched while healthy (probes check its age).
+HEALTH_TOUCH_INTERVAL_S = 1.0
+
+
+@dataclass(frozen=True)
+class Monitoring:
+    """What ``taskq worker`` exposes for operations.
+
+    Args:
+        metrics_port: Serve Prometheus ``/metrics`` and ``/healthz`` on this port.
+        health_file: Touch this file about every second while healthy.
+        sidecars: Servers run on threads of the supervisor (the dashboard).
+    """
+
+    metrics_port: int | None = None
+    health_file: str | None = None
+    sidecars: tuple[Sidecar, ...] = ()
+
+
+class SupervisorMonitor:
+    """The metrics server and health file of one supervisor.
+
+    Args:
+        monitoring: What to expose.
+        healthy: Whether every worker process runs and consumes, at a monotonic time.
+    """
+
+    def __init__(self, monitoring: Monitoring, healthy: Callable[[float], bool]) -> None:
+        self.monitoring = monitoring
+        self._healthy = healthy
+        self._server: Any = None
+        self._directory: str | None = None
+        self._touched_at = 0.0
+
+    def start_metrics(self, *, alive: Callable[[], int], restarts: Callable[[], int],
+                      backlog: Callable[[], Any] | None) -> None:
+        """Serve ``/metrics`` and ``/healthz`` when a metrics port was asked for.
+
+        Called before any worker process starts: prometheus_client picks its storage when
+        it is imported, so the processes must find the multiprocess directory set.
+        """
+        port = self.monitoring.metrics_port
+        if port is None:
+            return
+        from taskq.worker import metrics
+
+        self._directory = tempfile.mkdtemp(prefix="taskq-metrics-")
+        metrics.enable_multiprocess(self._directory)
+        self._server = metrics.MetricsServer(
+            port, healthy=lambda: self._healthy(time.monotonic()), alive=alive, restarts=restarts,
+            backlog=backlog,
+        ).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
+
+    def process_died(self, pid: int) -> None:
+        """Drop a dead process's live gauges (its counters stay summed)."""
+        if self._server is not None:
+            from taskq.worker import metrics
+
+            metrics.mark_process_dead(pid)
+
+    def touch_health_file(self, now: float) -> None:
+        path = self.monitoring.health_file
+        if path is None or now - self._touched_at < HEALTH_TOUCH_INTERVAL_S:
+            return
+        if self._healthy(now):
+            with open(path, "a", encoding="utf-8"):
+                os.utime(path)
+            self._touched_at = now
+
