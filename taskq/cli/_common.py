@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, NoReturn
 
 import click
@@ -91,3 +92,23 @@ def import_from_cwd() -> None:
 
 def without_none(**values: Any) -> dict[str, Any]:
     return {name: value for name, value in values.items() if value is not None}
+
+
+def stop_on_signals() -> Callable[[], bool]:
+    """Install SIGTERM and SIGINT handlers for a long-running command; return ``stopping()``.
+
+    The first signal asks for a clean stop (``stopping()`` turns true; the command finishes
+    what it holds and exits); a second one raises ``KeyboardInterrupt``. Installed before the
+    app is imported, so a signal while it loads still ends in a clean exit.
+    """
+    stop = False
+
+    def on_signal(signum: int, frame: Any) -> None:
+        nonlocal stop
+        if stop:
+            raise KeyboardInterrupt
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    return lambda: stop

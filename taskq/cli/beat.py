@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import signal
 import sys
-from typing import Any
 
 import click
 
-from taskq.cli._common import LOGLEVEL_OPTION, fail, load
+from taskq.cli._common import LOGLEVEL_OPTION, fail, load, stop_on_signals
 
 _APP_OPTION = click.option(
     "-A", "--app", "app_path", metavar="MODULE:APP",
@@ -42,19 +40,9 @@ def run(ctx: click.Context, app_path: str | None, loglevel: str) -> None:
     from taskq.worker.process import configure_logging
 
     configure_logging(loglevel)
-    stop = False
-
-    def on_signal(signum: int, frame: Any) -> None:
-        nonlocal stop
-        if stop:
-            raise KeyboardInterrupt
-        stop = True
-
-    # Before the app is imported: a SIGTERM while it loads still ends in a clean exit.
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
+    stopping = stop_on_signals()
     app = load(_app_path(ctx, app_path))
-    sys.exit(run_beat(app, lambda: stop))
+    sys.exit(run_beat(app, stopping))
 
 
 @beat.command("list")

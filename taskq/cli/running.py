@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import signal
 import sys
 from typing import Any
 
@@ -15,6 +14,7 @@ from taskq.cli._common import (
     import_from_cwd,
     load,
     queue_names,
+    stop_on_signals,
     without_none,
 )
 from taskq.cli.dashboard import ENV_TOKEN, dashboard_server
@@ -160,15 +160,6 @@ def relay(app_path: str, loglevel: str) -> None:
     from taskq.worker.relay_process import run_relay
 
     configure_logging(loglevel)
+    stopping = stop_on_signals()
     app = load(app_path)
-    stop = False
-
-    def on_signal(signum: int, frame: Any) -> None:
-        nonlocal stop
-        if stop:
-            raise KeyboardInterrupt
-        stop = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    sys.exit(run_relay(app, lambda: stop))
+    sys.exit(run_relay(app, stopping))

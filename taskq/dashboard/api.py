@@ -14,7 +14,7 @@ from flask import Blueprint, abort, jsonify, request
 from taskq import dlq
 from taskq.dashboard import data
 from taskq.dashboard.context import dashboard
-from taskq.dashboard.pages import known_source
+from taskq.dashboard.pages import add_parked_rules, known_source
 
 if TYPE_CHECKING:
     from flask.typing import ResponseReturnValue
@@ -95,15 +95,12 @@ def _purge(queue: str | None) -> ResponseReturnValue:
     return jsonify({"purged": count})
 
 
-for _prefix, _kind, _defaults in (("/queues/<queue>/dead-letters", "dlq", {}),
-                                  ("/unroutable", "unroutable", {"queue": None})):
-    blueprint.add_url_rule(f"{_prefix}", f"{_kind}_list", _list, defaults=_defaults)
-    blueprint.add_url_rule(f"{_prefix}/m/<task_id>", f"{_kind}_message", _message,
-                           defaults=_defaults)
-    blueprint.add_url_rule(f"{_prefix}/replay", f"{_kind}_replay", _replay,
-                           defaults=_defaults, methods=["POST"])
-    blueprint.add_url_rule(f"{_prefix}/purge", f"{_kind}_purge", _purge,
-                           defaults=_defaults, methods=["POST"])
+add_parked_rules(blueprint, [
+    ("", "list", _list, ("GET",)),
+    ("/m/<task_id>", "message", _message, ("GET",)),
+    ("/replay", "replay", _replay, ("POST",)),
+    ("/purge", "purge", _purge, ("POST",)),
+])
 
 
 @blueprint.get("/tasks/<task_id>")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
@@ -24,6 +25,27 @@ def known_source(queue: str | None) -> Source:
         abort(404, f"unknown queue {queue!r}: this app knows "
                    f"{', '.join(dashboard().app.queue_names())}")
     return Source(queue)
+
+
+#: Where parked messages are browsed: a queue's dead letters, and ``ns.unroutable``.
+PARKED_PREFIXES: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("/queues/<queue>/dead-letters", "dlq", {}),
+    ("/unroutable", "unroutable", {"queue": None}),
+)
+
+
+def add_parked_rules(
+    blueprint: Blueprint, rules: list[tuple[str, str, Callable[..., Any], tuple[str, ...]]]
+) -> None:
+    """Add each ``(suffix, endpoint, view, methods)`` for dead letters and unroutable alike.
+
+    At ``/queues/<queue>/dead-letters<suffix>`` as endpoint ``dlq_<endpoint>`` and at
+    ``/unroutable<suffix>`` as ``unroutable_<endpoint>`` (its views get ``queue=None``).
+    """
+    for prefix, kind, defaults in PARKED_PREFIXES:
+        for suffix, endpoint, view, methods in rules:
+            blueprint.add_url_rule(prefix + suffix, f"{kind}_{endpoint}", view,
+                                   defaults=defaults, methods=list(methods))
 
 
 def parked_url(source: Source, view: str, **values: Any) -> str:
@@ -101,17 +123,13 @@ def _purge(queue: str | None) -> ResponseReturnValue:
     return redirect(parked_url(source, "list"))
 
 
-for _prefix, _kind, _defaults in (("/queues/<queue>/dead-letters", "dlq", {}),
-                                  ("/unroutable", "unroutable", {"queue": None})):
-    blueprint.add_url_rule(f"{_prefix}/", f"{_kind}_list", _list, defaults=_defaults)
-    blueprint.add_url_rule(f"{_prefix}/m/<task_id>", f"{_kind}_message", _message,
-                           defaults=_defaults)
-    blueprint.add_url_rule(f"{_prefix}/replay", f"{_kind}_replay", _replay,
-                           defaults=_defaults, methods=["POST"])
-    blueprint.add_url_rule(f"{_prefix}/purge", f"{_kind}_purge", _purge_form,
-                           defaults=_defaults)
-    blueprint.add_url_rule(f"{_prefix}/purge", f"{_kind}_purge_post", _purge,
-                           defaults=_defaults, methods=["POST"])
+add_parked_rules(blueprint, [
+    ("/", "list", _list, ("GET",)),
+    ("/m/<task_id>", "message", _message, ("GET",)),
+    ("/replay", "replay", _replay, ("POST",)),
+    ("/purge", "purge", _purge_form, ("GET",)),
+    ("/purge", "purge_post", _purge, ("POST",)),
+])
 
 
 @blueprint.get("/tasks")

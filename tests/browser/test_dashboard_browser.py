@@ -373,23 +373,23 @@ def _publish_20_per_s(url: str, queue: str, stop: threading.Event) -> None:
 
 
 def _hold_3_unacked(url: str, queue: str, stop: threading.Event) -> None:
-    connection = pika.BlockingConnection(pika.URLParameters(url))
-    channel = connection.channel()
-    channel.basic_qos(prefetch_count=3)
-    channel.basic_consume(queue, lambda *a: None)  # never acks
-    try:
-        while not stop.is_set():
-            connection.process_data_events(time_limit=0.2)
-    finally:
-        connection.close()
+    _consume(url, queue, stop, prefetch=3, ack=False)
 
 
 def _ack_everything(url: str, queue: str, stop: threading.Event) -> None:
+    _consume(url, queue, stop, prefetch=50, ack=True)
+
+
+def _consume(url: str, queue: str, stop: threading.Event, *, prefetch: int, ack: bool) -> None:
     connection = pika.BlockingConnection(pika.URLParameters(url))
     channel = connection.channel()
-    channel.basic_qos(prefetch_count=50)
-    channel.basic_consume(
-        queue, lambda ch, method, _p, _b: ch.basic_ack(method.delivery_tag))
+    channel.basic_qos(prefetch_count=prefetch)
+
+    def on_message(ch: Any, method: Any, _properties: Any, _body: bytes) -> None:
+        if ack:
+            ch.basic_ack(method.delivery_tag)
+
+    channel.basic_consume(queue, on_message)
     try:
         while not stop.is_set():
             connection.process_data_events(time_limit=0.2)
