@@ -34,6 +34,11 @@ from taskq.delay.maths import delayed_headers, epoch_ms, tier_headers, with_head
 from taskq.errors import BrokerConnectionError, PublishError
 from taskq.message import TASK
 
+#: Delayed messages sent on one reading of the clock. A large batch is sent in slices, each
+#: measured from its own start, so the last message is not late by the whole batch's
+#: sending time (about 30 ms for a slice here, not 0.5 s for 10,000 messages).
+CLOCK_SLICE = 512
+
 
 class TierDelay:
     """Plugin-free delays: fixed-TTL tier queues that dead-letter onward (module docstring).
@@ -101,9 +106,22 @@ class TierDelay:
                 reason="unreachable",
                 unconfirmed_ids=[m.wire.message_id for m in messages],
             ) from exc
-        if declared and now_ms is None:  # declaring took a while: measure delays from now
+        if now_ms is not None or len(messages) <= CLOCK_SLICE:
+            if declared and now_ms is None:  # declaring took a while: measure from now
+                items = [self.item(message, now_ms=epoch_ms()) for message in messages]
+            self._send(items)
+            return
+        # Many messages take a while to send: each slice's delays are measured when it is
+        # sent, or the last messages of a large batch would arrive that much late.
+        for first in range(0, len(messages), CLOCK_SLICE):
+            part = messages[first:first + CLOCK_SLICE]
             now = epoch_ms()
-            items = [self.item(message, now_ms=now) for message in messages]
+            try:
+                self._send([self.item(message, now_ms=now) for message in part])
+            except PublishError as exc:
+                raise _with_unsent(exc, messages[first + CLOCK_SLICE:]) from exc
+
+    def _send(self, items: list[PublishItem]) -> None:
         try:
             if len(items) == 1:
                 exchange, key, wire = items[0]
@@ -120,3 +138,17 @@ class TierDelay:
 
     def close(self) -> None:
         """Nothing of its own to close: the publisher belongs to its owner."""
+
+
+def _with_unsent(exc: PublishError, unsent: Sequence[DelayedMessage]) -> PublishError:
+    """``exc`` of one slice, accounting also for the later slices, which were not sent."""
+    if not unsent:
+        return exc
+    named = list(getattr(exc, "unconfirmed_ids", None) or [])
+    attributes = {k: v for k, v in vars(exc).items() if k not in ("message", "unconfirmed_ids")}
+    return PublishError(
+        f"{exc.message}; the {len(unsent)} delayed message(s) after it in the same call were "
+        "not sent",
+        **attributes,
+        unconfirmed_ids=named + [m.wire.message_id for m in unsent],
+    )

@@ -9,6 +9,8 @@ arrival times (tests.support.arrivals).
 from __future__ import annotations
 
 import logging
+import statistics
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
@@ -215,6 +217,33 @@ class TestClassicTierDelay(DelayBackendContract):
         }
         assert sum(depths.values()) == 1, depths
 
+    @pytest.mark.slow
+    def test_the_last_messages_of_a_large_batch_are_not_late_by_its_sending_time(
+        self, app: App, queue: str, arrivals: ArrivalRecorder
+    ) -> None:
+        # Given the tiers declared, and 4,000 messages due 3-7 s from now, one per
+        # millisecond, so that the tiers and the consumer keep up with them
+        app.publish_delayed_many([DelayedMessage(wire("warm-up"), queue, epoch_ms() + 1)])
+        wait_until(lambda: len(arrivals.arrivals) == 1, timeout_s=10)
+        arrivals.arrivals.clear()
+        count, now = 4_000, epoch_ms()
+        batch = [DelayedMessage(wire(f"m{i}"), queue, now + 3_000 + i) for i in range(count)]
+
+        # When they are published in one call (sending them takes a while)
+        began = time.monotonic()
+        app.publish_delayed_many(batch)
+        sending_ms = (time.monotonic() - began) * 1000
+
+        # Then none is early, and the last ones are not later than the first ones by the
+        # call's sending time: each slice of the batch is measured from when it is sent
+        wait_until(lambda: len(arrivals.arrivals) == count, timeout_s=30,
+                   message=lambda: f"{len(arrivals.arrivals)} of {count} arrived")
+        assert min(a.late_ms for a in arrivals.arrivals) >= 0
+        late = {int(a.message_id[1:]): a.late_ms for a in arrivals.arrivals}
+        first = statistics.median(late[i] for i in range(500))
+        last = statistics.median(late[i] for i in range(count - 500, count))
+        assert last - first < max(sending_ms / 3, 50), (first, last, sending_ms)
+
     def test_thirty_days_wait_in_tier_31(self, app: App, broker: Any) -> None:
         app.registry.get("tick").apply_async((1,), countdown=30 * 86400)
 
@@ -243,6 +272,15 @@ class TestQuorumTierDelay(TestClassicTierDelay):
         wait_until(lambda: recorder.ids() == ["warm-up"], timeout_s=10,
                    message="the warm-up message did not arrive through the quorum tiers")
         recorder.arrivals.clear()
+
+    def test_the_last_messages_of_a_large_batch_are_not_late_by_its_sending_time(
+        self, app: App, queue: str, arrivals: ArrivalRecorder
+    ) -> None:
+        pytest.skip(
+            "quorum tiers dead-letter bursts of expiries at their own pace (8,000 due within "
+            "2 s: 846 ms late at the median with the batch sent in 325 ms), so the clock is "
+            "not what limits them (docs/delays.md); the classic tiers' run checks the slicing"
+        )
 
 
 @pytest.mark.plugin
