@@ -149,6 +149,11 @@ class Admin:
         return version.decode() if isinstance(version, bytes) else str(version)
 
     def _channel(self) -> Any:
+        # Idle through a long scenario (600 s of delays), the connection missed heartbeats
+        # and the broker closed it: reading it once notices that, and it is opened again.
+        with suppress(pika.exceptions.AMQPError):
+            if self.connection.is_open:
+                self.connection.process_data_events(0)
         if not self.channel.is_open:
             if not self.connection.is_open:
                 self.connection = pika.BlockingConnection(pika.URLParameters(self.url))

@@ -3,6 +3,8 @@
     python -m benchmarks.scale                   # every scenario at full size (over an hour)
     python -m benchmarks.scale --quick           # small sizes, one run: a smoke test
     python -m benchmarks.scale --only backlog relay --runs 3
+    python -m benchmarks.scale --once delays peers_memory   # those two in the first round only
+    python -m benchmarks.scale --only latency --runs 3 --add   # more runs into scale.json
 
 Scenarios: ``backlog`` (drain rate against queue size, worker RSS against tasks done),
 ``peers_memory`` (Celery's and Dramatiq's task-process RSS), ``relay`` (outbox relay rate
@@ -89,7 +91,8 @@ RUNNERS: dict[str, Callable[[compare.Harness, ScaleConfig], dict[str, Any]]] = {
 }
 
 
-def run(cfg: ScaleConfig, only: list[str], postgres_url: str) -> dict[str, Any]:
+def run(cfg: ScaleConfig, only: list[str], postgres_url: str,
+        once: frozenset[str] = frozenset()) -> dict[str, Any]:
     harness = compare.Harness(
         compare.Config(latency_tasks=cfg.latency_tasks, latency_rate=cfg.latency_rate),
         postgres_url,
@@ -102,6 +105,8 @@ def run(cfg: ScaleConfig, only: list[str], postgres_url: str) -> dict[str, Any]:
         harness.create_schema()
         for round_index in range(cfg.runs):
             for name in only or SCENARIOS:
+                if round_index and name in once:
+                    continue
                 began = time.monotonic()
                 try:
                     figures = RUNNERS[name](harness, cfg)
@@ -167,20 +172,41 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     return {name: _median_spread(values) for name, values in s.items()}
 
 
+def _added(earlier: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """``earlier`` with ``new``'s runs and errors appended and the summary made again."""
+    sizes = json.loads(json.dumps(new["config"])) | {"runs": earlier.get("config", {}).get("runs")}
+    if earlier.get("config") != sizes:  # compared as JSON has them (tuples are lists)
+        sys.exit("--add: the earlier results were measured with other sizes")
+    for name, runs in new["runs"].items():
+        earlier["runs"].setdefault(name, []).extend(runs)
+    earlier["errors"].extend(new["errors"])
+    earlier.setdefault("added", []).append(
+        {"scenarios": sorted(new["runs"]), "environment": new["environment"]})
+    earlier["summary"] = summarise(earlier["runs"])
+    return earlier
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, one run")
     parser.add_argument("--runs", type=int, help="rounds (default 3, 1 with --quick)")
     parser.add_argument("--only", nargs="+", choices=SCENARIOS, default=[])
+    parser.add_argument("--once", nargs="+", choices=SCENARIOS, default=[],
+                        help="scenarios measured in the first round only (the long ones)")
     parser.add_argument("--postgres-url", default=compare.POSTGRES_URL)
     parser.add_argument("--output", type=Path, help="JSON path (default results/scale.json)")
+    parser.add_argument("--add", action="store_true",
+                        help="add these runs to the output's earlier ones (same sizes)")
     args = parser.parse_args(argv)
     cfg = ScaleConfig.quick() if args.quick else ScaleConfig()
     if args.runs:
         cfg.runs = args.runs
     output = args.output or RESULTS_DIR / ("scale-quick.json" if args.quick else "scale.json")
     started = time.monotonic()
-    out = run(cfg, args.only, args.postgres_url)
+    out = run(cfg, args.only, args.postgres_url, frozenset(args.once))
+    out["once"] = sorted(args.once)
+    if args.add and output.exists():
+        out = _added(json.loads(output.read_text()), out)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(out, indent=1, default=str) + "\n")
     charts = draw(out, output)
