@@ -126,14 +126,15 @@ def _broker_part(app: App, names: list[str]) -> dict[str, Any]:
         QueueStatus(
             name=name,
             exists=name in stats,
-            ready=stats.get(name, empty).ready,
-            unacked=stats.get(name, empty).unacked,
-            consumers=stats.get(name, empty).consumers,
+            ready=q.ready,
+            unacked=q.unacked,
+            consumers=q.consumers,
             dead_letters=stats.get(topo.dlq_name(name), empty).ready,
-            published_per_s=stats.get(name, empty).published_per_s,
-            acked_per_s=stats.get(name, empty).acked_per_s,
+            published_per_s=q.published_per_s,
+            acked_per_s=q.acked_per_s,
         )
         for name in names
+        for q in (stats.get(name, empty),)
     ]
     return {
         "source": shot.source,

@@ -66,11 +66,11 @@ def ordered_part(
     return [
         OrderedQueueStatus(name, active is not None, [
             PartitionStatus(
-                p, p in stats, stats.get(p, empty).ready, stats.get(p, empty).unacked,
-                stats.get(p, empty).consumers, (active or {}).get(p),
-                stats.get(p, empty).published_per_s, stats.get(p, empty).acked_per_s,
+                p, p in stats, q.ready, q.unacked, q.consumers, (active or {}).get(p),
+                q.published_per_s, q.acked_per_s,
             )
             for p in app.topology.partition_queues(name)
+            for q in (stats.get(p, empty),)
         ])
         for name in ordered
     ]
