@@ -14,8 +14,14 @@ from typing import Protocol
 from taskq.broker.delayed import PublishItem, declare_now
 from taskq.broker.topology import Declarations, HeaderBindingSpec, Topology
 from taskq.delay.maths import delayed_headers, with_headers
+from taskq.errors import PublishError
 from taskq.message import WireMessage
 from taskq.settings import Settings
+
+#: Delayed messages sent on one reading of the clock. Both backends send a large batch in
+#: slices, each measured from its own start, so the last message is not late by the whole
+#: batch's sending time (about 30 ms for a slice here, not 0.8 s for 10,000 messages).
+CLOCK_SLICE = 512
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,3 +142,17 @@ def due_item(topology: Topology, message: DelayedMessage) -> PublishItem:
     headers = delayed_headers(message.wire, message.eta_ms)
     return topology.exchange, message.queue, with_headers(message.wire, headers)
 
+
+
+def with_unsent(exc: PublishError, unsent: Sequence[DelayedMessage]) -> PublishError:
+    """``exc`` of one slice of a call, accounting also for its later slices, not sent."""
+    if not unsent:
+        return exc
+    named = list(getattr(exc, "unconfirmed_ids", None) or [])
+    attributes = {k: v for k, v in vars(exc).items() if k not in ("message", "unconfirmed_ids")}
+    return PublishError(
+        f"{exc.message}; the {len(unsent)} delayed message(s) after it in the same call were "
+        "not sent",
+        **attributes,
+        unconfirmed_ids=named + [m.wire.message_id for m in unsent],
+    )

@@ -20,7 +20,7 @@ from taskq.broker.topology import (
     Topology,
     delayed_exchange_name,
 )
-from taskq.delay.backend import DelayedMessage
+from taskq.delay.backend import CLOCK_SLICE, DelayedMessage, with_unsent
 from taskq.delay.maths import X_DELAY, delayed_headers, epoch_ms, with_headers, x_delay
 from taskq.delay.tiers import TierDelay
 from taskq.errors import BrokerError, PublishError, TopologyError
@@ -60,7 +60,9 @@ class PluginDelay:
         """Publish ``messages``: short delays to the plugin, the rest through the tiers.
 
         Both parts are always attempted: a refusal of one part never keeps the other from
-        being sent, and the error accounts for every message of the call.
+        being sent, and the error accounts for every message of the call. A large batch is
+        sent in slices of ``CLOCK_SLICE``, each slice's delays measured when it is sent; after
+        a refused slice the later ones are not sent (and counted unconfirmed).
 
         Raises:
             ConfigurationError: a delay is longer than ``max_delay_ms`` (nothing published).
@@ -68,14 +70,27 @@ class PluginDelay:
                 that the broker did not confirm (from either part).
         """
         failures: list[_Failure] = []
-        if now_ms is None:
-            # Connecting and declaring first, so that the x-delay is measured from the
-            # moment of publishing.
-            _attempt(lambda: self.publisher.prepare({m.queue for m in messages}),
-                     [m.wire.message_id for m in messages], failures)
+        if now_ms is not None:
+            self._publish_slice(messages, now_ms, failures)
             if failures:
                 raise _combined(failures)
-        now = epoch_ms() if now_ms is None else now_ms
+            return
+        # Connecting and declaring first, so that the x-delay is measured from the moment of
+        # publishing; a large batch in slices, each measured when it is sent (CLOCK_SLICE).
+        _attempt(lambda: self.publisher.prepare({m.queue for m in messages}),
+                 [m.wire.message_id for m in messages], failures)
+        if failures:
+            raise _combined(failures)
+        for first in range(0, len(messages), CLOCK_SLICE):
+            self._publish_slice(messages[first:first + CLOCK_SLICE], epoch_ms(), failures)
+            if failures:
+                raise with_unsent(_combined(failures), messages[first + CLOCK_SLICE:])
+
+    def _publish_slice(
+        self, messages: Sequence[DelayedMessage], now: int, failures: list[_Failure]
+    ) -> None:
+        """Short delays of ``messages`` to the plugin, the rest through the tiers, both
+        attempted; a refused part is noted in ``failures``."""
         plugin: list[PublishItem] = []
         others: list[DelayedMessage] = []
         for message in messages:
@@ -90,8 +105,6 @@ class PluginDelay:
         if plugin:
             _attempt(lambda: self.publisher.publish_many(plugin),
                      [wire.message_id for _, _, wire in plugin], failures)
-        if failures:
-            raise _combined(failures)
 
     def close(self) -> None:
         """Close the plugin publisher's connection."""

@@ -29,15 +29,10 @@ from collections.abc import Sequence
 from taskq.broker.delayed import PublishItem
 from taskq.broker.publisher import Publisher
 from taskq.broker.topology import DELAY_TIERS_MAX_MS, Topology, delay_tier_name
-from taskq.delay.backend import DelayDeclarer, DelayedMessage, due_item
+from taskq.delay.backend import CLOCK_SLICE, DelayDeclarer, DelayedMessage, due_item, with_unsent
 from taskq.delay.maths import delayed_headers, epoch_ms, tier_headers, with_headers
 from taskq.errors import BrokerConnectionError, PublishError
 from taskq.message import TASK
-
-#: Delayed messages sent on one reading of the clock. A large batch is sent in slices, each
-#: measured from its own start, so the last message is not late by the whole batch's
-#: sending time (about 30 ms for a slice here, not 0.5 s for 10,000 messages).
-CLOCK_SLICE = 512
 
 
 class TierDelay:
@@ -119,7 +114,7 @@ class TierDelay:
             try:
                 self._send([self.item(message, now_ms=now) for message in part])
             except PublishError as exc:
-                raise _with_unsent(exc, messages[first + CLOCK_SLICE:]) from exc
+                raise with_unsent(exc, messages[first + CLOCK_SLICE:]) from exc
 
     def _send(self, items: list[PublishItem]) -> None:
         try:
@@ -139,16 +134,3 @@ class TierDelay:
     def close(self) -> None:
         """Nothing of its own to close: the publisher belongs to its owner."""
 
-
-def _with_unsent(exc: PublishError, unsent: Sequence[DelayedMessage]) -> PublishError:
-    """``exc`` of one slice, accounting also for the later slices, which were not sent."""
-    if not unsent:
-        return exc
-    named = list(getattr(exc, "unconfirmed_ids", None) or [])
-    attributes = {k: v for k, v in vars(exc).items() if k not in ("message", "unconfirmed_ids")}
-    return PublishError(
-        f"{exc.message}; the {len(unsent)} delayed message(s) after it in the same call were "
-        "not sent",
-        **attributes,
-        unconfirmed_ids=named + [m.wire.message_id for m in unsent],
-    )

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from datetime import datetime, timedelta, timezone
 
 import msgpack
 import pytest
 
-from taskq import ConfigurationError
+from taskq import ConfigurationError, PublishError
 from taskq.broker import topology as topo
 from taskq.delay.backend import DelayedMessage
 from taskq.delay.choosing import choose_backend
@@ -22,7 +23,7 @@ from taskq.delay.maths import (
     x_delay,
 )
 from taskq.delay.plugin import PluginDelay
-from taskq.delay.tiers import TierDelay
+from taskq.delay.tiers import CLOCK_SLICE, TierDelay
 from taskq.message import ETA, WireMessage
 from taskq.settings import Settings
 
@@ -241,6 +242,69 @@ def test_plugin_sends_longer_delays_through_the_tiers() -> None:
     assert (exchange, key) == ("shop.delayed", "emails")
     assert wire.headers["x-delay"] == 2**32 - 1
     assert tiers.calls == [[long]]
+
+
+class Preparing(Recorder):
+    """A plugin publisher whose every ``publish_many`` takes ``send_ms`` of the clock."""
+
+    def __init__(self, clock: list[int], send_ms: int) -> None:
+        super().__init__()
+        self.clock, self.send_ms = clock, send_ms
+        self.sent_at: list[int] = []
+
+    def prepare(self, queues: object) -> None:
+        pass
+
+    def publish_many(self, items, **kwargs) -> None:  # noqa: ANN001, ANN003
+        self.sent_at.append(self.clock[0])
+        super().publish_many(items)
+        self.clock[0] += self.send_ms
+
+
+def test_plugin_measures_each_slice_of_a_large_batch_from_when_it_sends_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Measured once before sending, the last messages of a batch that takes a while to
+    # send would be late by that sending time (the tiers' twin of this is tested on the
+    # broker: TestClassicTierDelay).
+    clock = [1_000_000]
+    monkeypatch.setattr(time, "time_ns", lambda: clock[0] * 1_000_000)
+    plugin = Preparing(clock, send_ms=100)
+    backend = PluginDelay(topo.Topology(NS), plugin, Recorder())  # type: ignore[arg-type]
+    eta_ms = clock[0] + 60_000
+
+    backend.publish_many([message(eta_ms) for _ in range(3 * CLOCK_SLICE)])
+
+    assert [len(call) for call in plugin.calls] == [CLOCK_SLICE] * 3
+    for sent_at, call in zip(plugin.sent_at, plugin.calls, strict=True):
+        assert {wire.headers["x-delay"] for _, _, wire in call} == {eta_ms - sent_at}
+
+
+def test_plugin_lists_the_later_slices_of_a_batch_as_unsent_when_one_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class RefusingSecond(Preparing):
+        def publish_many(self, items, **kwargs) -> None:  # noqa: ANN001, ANN003
+            super().publish_many(items)
+            if len(self.calls) == 2:
+                raise PublishError("nacked", reason="nacked",
+                                   unconfirmed_ids=[w.message_id for _, _, w in items])
+
+    clock = [1_000_000]
+    monkeypatch.setattr(time, "time_ns", lambda: clock[0] * 1_000_000)
+    plugin = RefusingSecond(clock, send_ms=10)
+    backend = PluginDelay(topo.Topology(NS), plugin, Recorder())  # type: ignore[arg-type]
+    messages = [
+        DelayedMessage(WireMessage(b"\x80", f"id-{i}", {}), "emails", clock[0] + 60_000)
+        for i in range(3 * CLOCK_SLICE)
+    ]
+
+    with pytest.raises(PublishError) as caught:
+        backend.publish_many(messages)
+
+    assert len(plugin.calls) == 2  # the third slice is not sent after a refusal
+    assert caught.value.unconfirmed_ids == [m.wire.message_id for m in messages[CLOCK_SLICE:]]
+    assert "not sent" in caught.value.message
 
 
 def test_plugin_exchange_has_no_alternate_exchange_and_binds_each_queue() -> None:
