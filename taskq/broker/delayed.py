@@ -19,8 +19,6 @@ Used by :mod:`taskq.delay`, which decides *how* a message waits; this module onl
 from __future__ import annotations
 
 import logging
-import os
-import threading
 import uuid
 from collections.abc import Callable, Sequence
 
@@ -28,6 +26,7 @@ import pika
 import pika.exceptions
 
 from taskq.broker._confirm_channel import ConfirmChannel, ConfirmTimeout
+from taskq.broker._process_link import ProcessLink
 from taskq.broker._publish_deadline import PublishDeadline
 from taskq.broker._publish_errors import ENCODE_ERRORS
 from taskq.broker.connection import declare, open_connection
@@ -164,7 +163,7 @@ class _NonMandatoryChannel(ConfirmChannel):
     mandatory = False
 
 
-class PluginPublisher:
+class PluginPublisher(ProcessLink[_NonMandatoryChannel]):
     """Confirmed, persistent, non-mandatory publishing to the delayed-message exchange.
 
     One connection per process, opened on first use; thread-safe; fork-safe like
@@ -195,9 +194,7 @@ class PluginPublisher:
         self._declarations_for = declarations_for
         self._client_name = client_name
         self._url = redact_url(settings.broker_url)
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._link: _NonMandatoryChannel | None = None
+        super().__init__("delayed publisher")
         # Keys prepare() has just declared: the publish that follows need not again.
         self._prepared: set[str] = set()
 
@@ -212,8 +209,7 @@ class PluginPublisher:
         if not items:
             return
         ids = [wire.message_id for _, _, wire in items]
-        if self._pid != os.getpid():
-            self._forget_inherited()
+        self._adopt_process()
         with self._lock:
             deadline = PublishDeadline(self._settings.publish_timeout_s)
             todo = list(range(len(items)))
@@ -305,8 +301,7 @@ class PluginPublisher:
             PublishError: the broker is unreachable.
             TopologyError: the work queue or the exchange exists with other arguments.
         """
-        if self._pid != os.getpid():
-            self._forget_inherited()
+        self._adopt_process()
         with self._lock:
             try:
                 self._ready_link(routing_keys, None)
@@ -314,19 +309,6 @@ class PluginPublisher:
             except pika.exceptions.AMQPError as exc:
                 self._drop_link()
                 raise self._error(f"{type(exc).__name__}: {exc}", "connection_lost", []) from exc
-
-    def close(self) -> None:
-        """Close this process's connection (safe to call more than once)."""
-        if self._pid != os.getpid():
-            self._forget_inherited()
-            return
-        with self._lock:
-            link, self._link = self._link, None
-            if link is not None:
-                try:
-                    link.close()
-                except Exception:  # best effort: the broker may be gone
-                    logger.debug("error closing the delayed publisher", exc_info=True)
 
     def _ready_link(
         self,
@@ -361,18 +343,6 @@ class PluginPublisher:
             elif key not in prepared:
                 declare(link.channel, _queue_part(self._declarations_for(key), key))
         return link
-
-    def _drop_link(self) -> None:
-        link, self._link = self._link, None
-        if link is not None:
-            link.abort()
-
-    def _forget_inherited(self) -> None:
-        link, self._link = self._link, None
-        if link is not None:
-            link.forget()
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
 
     def _error(self, what: str, reason: str, ids: Sequence[str | None]) -> PublishError:
         shown = ", ".join(str(i) for i in ids[:20]) + (" ..." if len(ids) > 20 else "")

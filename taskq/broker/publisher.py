@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 import weakref
 from collections.abc import Iterable, Sequence
 
@@ -57,6 +56,7 @@ import pika.exceptions
 import pika.spec
 
 from taskq.broker._confirm_channel import ConfirmChannel, ConfirmTimeout
+from taskq.broker._process_link import ProcessLink
 from taskq.broker._publish_deadline import PublishDeadline
 from taskq.broker._publish_errors import CHANNEL_ERROR_ADVICE, ENCODE_ERRORS, PublishErrors
 from taskq.broker.connection import open_connection
@@ -92,7 +92,7 @@ def _forget_inherited_connections() -> None:
         publisher._forget_inherited()
 
 
-class Publisher:
+class Publisher(ProcessLink[ConfirmChannel]):
     """Publishes encoded messages with publisher confirms, ``mandatory`` and persistence.
 
     One long-lived connection per process, opened on first use; safe to share between threads
@@ -116,9 +116,7 @@ class Publisher:
         self._url = redact_url(settings.broker_url)
         self._timeout_s = settings.publish_confirm_timeout_s
         self._errors = PublishErrors(self._url, topology.exchange, self._timeout_s)
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
-        self._link: ConfirmChannel | None = None
+        super().__init__("publisher")
         _LIVE_PUBLISHERS.add(self)
         if not _fork_hook_registered:
             os.register_at_fork(after_in_child=_forget_inherited_connections)
@@ -140,8 +138,7 @@ class Publisher:
             TopologyError: the work queue exists with other arguments.
         """
         ids = (wire.message_id,)
-        if self._pid != os.getpid():
-            self._forget_inherited()
+        self._adopt_process()
         with self._lock:
             deadline = PublishDeadline(self._settings.publish_timeout_s)
             while True:
@@ -194,8 +191,7 @@ class Publisher:
         if not batch:
             return
         ids = [wire.message_id for _, _, wire in batch]
-        if self._pid != os.getpid():
-            self._forget_inherited()
+        self._adopt_process()
         with self._lock:
             deadline = PublishDeadline(self._settings.publish_timeout_s)
             todo = list(range(len(batch)))
@@ -256,19 +252,6 @@ class Publisher:
             "or a failed queue process); publishing it again", self._url, routing_key,
         )
         return True
-
-    def close(self) -> None:
-        """Close this process's connection (safe to call more than once)."""
-        if self._pid != os.getpid():
-            self._forget_inherited()
-            return
-        with self._lock:
-            link, self._link = self._link, None
-            if link is not None:
-                try:
-                    link.close()
-                except Exception:  # closing is best effort: the broker may be gone
-                    logger.debug("error closing the publisher connection", exc_info=True)
 
     # -- internals ---------------------------------------------------------------------------
 
@@ -346,10 +329,10 @@ class Publisher:
                                 _NodesUnreachable)):
             # A bug, not a broker failure: let it show as it is, and drop the connection so
             # that no message buffered by the failed call goes out with a later one.
-            self._drop_link(exc)
+            self._drop_link()
             raise exc
         blocked = isinstance(exc, ConfirmTimeout) and exc.blocked
-        self._drop_link(exc)
+        self._drop_link()
         # The first retry is always made (a stale connection); later ones while time is left.
         if not blocked and (not deadline.retries or not deadline.expired()):
             logger.warning(
@@ -360,11 +343,6 @@ class Publisher:
         if isinstance(exc, _NodesUnreachable):
             exc = exc.__cause__ if isinstance(exc.__cause__, Exception) else exc
         raise self._errors.failure(exc, ids, task, exchange, routing_key) from exc
-
-    def _drop_link(self, exc: Exception) -> None:
-        link, self._link = self._link, None
-        if link is not None:
-            link.abort()
 
     def _refused(
         self,
@@ -401,13 +379,6 @@ class Publisher:
             link.abort()
             self._link = None
 
-    def _forget_inherited(self) -> None:
-        """After fork: drop the parent's connection without closing it, and its lock."""
-        link, self._link = self._link, None
-        if link is not None:
-            link.forget()
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
 
     # -- publish_many ------------------------------------------------------------------------
 
