@@ -9,6 +9,8 @@ CPU of the consumers' process tree and of the broker (``beam.smp``, /proc) per t
 - ``raw pika``, 2 processes, prefetch 16, one ``basic_ack`` per message (the ceiling of
   ``benchmarks.compare``), into a plain durable queue and into one with ``x-max-priority 10``
   (what taskq declares for a classic queue): the broker's own cost of the priority queue.
+- ``raw pika`` on a queue that taskq declared and filled (``Task.starmap``): taskq's queue
+  arguments, message properties and headers, without taskq's consumer.
 - ``taskq worker -c 2`` with ``prefetch_count`` 4, 16 (the default) and 64, and ``-c 1`` at
   16: how the rate follows the window each process may hold (its I/O thread hands deliveries
   to the task thread and acks back, so each window's worth costs thread wake-ups).
@@ -95,19 +97,30 @@ def raw_point(n: int, arguments: dict[str, int], label: str, broker: Broker,
         connection.close()
 
 
-def taskq_point(n: int, processes: int, prefetch: int, broker: Broker, probe: str) -> Point:
+def taskq_point(n: int, processes: int, prefetch: int, broker: Broker, probe: str,
+                *, raw_consumer: bool = False) -> Point:
+    """``taskq worker`` draining ``n`` no-ops that taskq enqueued; with ``raw_consumer`` the
+    raw pika consumer drains the same queue and messages instead (taskq's queue arguments,
+    properties and headers, without taskq's consumer)."""
     namespace = f"limits{uuid.uuid4().hex[:8]}"
     queue = f"{namespace}.q"
     app = make_app(broker_url=BROKER_URL, namespace=namespace, default_queue=queue)
     try:
         app.registry.get("bench.noop").starmap([()] * n)
-        command = [sys.executable, "-m", "taskq", "worker", "-A",
-                   "benchmarks._apps.taskq_app:app", "-c", str(processes), "--no-relay",
-                   "--loglevel", "WARNING"]
-        env = {"TASKQ_BROKER_URL": BROKER_URL, "TASKQ_NAMESPACE": namespace,
-               "TASKQ_DEFAULT_QUEUE": queue, "TASKQ_PREFETCH_COUNT": str(prefetch),
-               "BENCH_PROBE_DIR": probe, "BENCH_IDEMPOTENT": "0"}
-        label = f"taskq -c {processes}, prefetch {prefetch}"
+        if raw_consumer:
+            command = [sys.executable, "-m", "benchmarks._apps.raw_consumer", queue, "noop",
+                       str(processes)]
+            env = {"BENCH_BROKER_URL": BROKER_URL, "BENCH_PROBE_DIR": probe,
+                   "BENCH_PREFETCH": str(prefetch)}
+            label = f"raw pika -c {processes}, taskq's queue and messages"
+        else:
+            command = [sys.executable, "-m", "taskq", "worker", "-A",
+                       "benchmarks._apps.taskq_app:app", "-c", str(processes), "--no-relay",
+                       "--loglevel", "WARNING"]
+            env = {"TASKQ_BROKER_URL": BROKER_URL, "TASKQ_NAMESPACE": namespace,
+                   "TASKQ_DEFAULT_QUEUE": queue, "TASKQ_PREFETCH_COUNT": str(prefetch),
+                   "BENCH_PROBE_DIR": probe, "BENCH_IDEMPOTENT": "0"}
+            label = f"taskq -c {processes}, prefetch {prefetch}"
         return drain(label, queue, n, command, env, broker)
     finally:
         app.close()
@@ -124,6 +137,7 @@ def main() -> None:
         lambda: raw_point(n, {}, "raw pika -c 2, plain queue", broker, probe),
         lambda: raw_point(n, {"x-max-priority": 10}, "raw pika -c 2, x-max-priority 10",
                           broker, probe),
+        lambda: taskq_point(n, 2, 16, broker, probe, raw_consumer=True),
         lambda: taskq_point(n, 2, 4, broker, probe),
         lambda: taskq_point(n, 2, 16, broker, probe),
         lambda: taskq_point(n, 2, 64, broker, probe),
