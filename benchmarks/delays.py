@@ -44,7 +44,9 @@ def _delays_ms(args: argparse.Namespace) -> list[int]:
 
 
 def _consume(url: str, queue: str, expected: int, lateness_ms: list[int], done: threading.Event,
-             ready: threading.Event) -> None:
+             ready: threading.Event, ids: list[str] | None = None) -> None:
+    """Append each arrival's lateness (ms after its eta) to ``lateness_ms``, and its message
+    id to ``ids`` (when given), until ``expected`` arrived or ``done`` is set."""
     connection = pika.BlockingConnection(pika.URLParameters(url))
     channel = connection.channel()
 
@@ -53,6 +55,8 @@ def _consume(url: str, queue: str, expected: int, lateness_ms: list[int], done: 
         if properties.message_id == "warmup":
             return
         lateness_ms.append(time.time_ns() // 1_000_000 - properties.headers[ETA])
+        if ids is not None:
+            ids.append(properties.message_id)
         if len(lateness_ms) >= expected:
             done.set()
 

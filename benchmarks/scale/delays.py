@@ -42,15 +42,17 @@ def _measure(app: App, url: str, queue: str, count: int, low_s: float,
     warmup = WireMessage(b"\x80", "warmup", {}, content_type=CONTENT_TYPE)
     app.publish_delayed(warmup, queue=queue, delay_s=0.001)  # declares the tiers and queue
     lateness_ms: list[int] = []
+    ids: list[str] = []
     done, ready = threading.Event(), threading.Event()
     consumer = threading.Thread(
-        target=_consume, args=(url, queue, count, lateness_ms, done, ready), daemon=True
+        target=_consume, args=(url, queue, count, lateness_ms, done, ready, ids), daemon=True
     )
     consumer.start()
     ready.wait(10)
     broker, memory = Broker.find(), []
     baseline = broker.memory_mb()
-    published_s = _publish(app, queue, count, low_s, high_s)
+    delays_ms = [random.randint(int(low_s * 1000), int(high_s * 1000)) for _ in range(count)]
+    published_s = _publish(app, queue, delays_ms)
     deadline = time.monotonic() + high_s + 60
     while not done.wait(5) and time.monotonic() < deadline:
         memory.append(broker.memory_mb())
@@ -62,18 +64,30 @@ def _measure(app: App, url: str, queue: str, count: int, low_s: float,
         "early": sum(1 for v in lateness_ms if v < 0), "publish_s": published_s,
         "late": percentiles([float(v) for v in lateness_ms]) if lateness_ms else None,
         "broker_memory_mb": {"before": baseline, "peak": max(peaks) if peaks else None},
+        "by_entry_tier": _by_entry_tier(ids, lateness_ms, delays_ms),
     }
 
 
-def _publish(app: App, queue: str, count: int, low_s: float, high_s: float) -> float:
+def _by_entry_tier(ids: list[str], lateness_ms: list[int],
+                   delays_ms: list[int]) -> dict[str, dict[str, Any]]:
+    """Lateness of the messages grouped by the tier they entered (their delay's highest bit):
+    each group was published together and expires from that tier together."""
+    groups: dict[int, list[float]] = {}
+    for message_id, late in zip(ids, lateness_ms, strict=True):
+        groups.setdefault(delays_ms[int(message_id)].bit_length() - 1, []).append(float(late))
+    return {f"{level:02d}": {"tier_ms": 2**level, "tasks": len(values), **percentiles(values)}
+            for level, values in sorted(groups.items())}
+
+
+def _publish(app: App, queue: str, delays_ms: list[int]) -> float:
     """Publish in chunks, each chunk's due times counted from when it is sent."""
-    delays = [random.randint(int(low_s * 1000), int(high_s * 1000)) for _ in range(count)]
+    count = len(delays_ms)
     started = time.monotonic()
     for first in range(0, count, PUBLISH_CHUNK):
         now = epoch_ms()
         app.publish_delayed_many([
             DelayedMessage(WireMessage(b"\x80", str(i), {}, content_type=CONTENT_TYPE), queue,
-                           now + delays[i])
+                           now + delays_ms[i])
             for i in range(first, min(count, first + PUBLISH_CHUNK))
         ])
     return time.monotonic() - started
