@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -240,18 +241,43 @@ def compile_insert(row: OutboxRow, dialect: str) -> tuple[str, list[Any]]:
     Raises:
         OutboxError: ``dialect`` is neither ``postgresql`` nor ``sqlite``.
     """
-    sa_dialect = _FORMAT_DIALECTS.get(dialect)
-    if sa_dialect is None:
-        raise OutboxError(
-            f"the outbox supports PostgreSQL and SQLite connections, not {dialect!r}"
-        )
-    compiled = insert_statement(row, dialect).compile(dialect=sa_dialect)
-    values = compiled.construct_params()
-    params = []
-    for name in compiled.positiontup or ():
-        process = compiled.binds[name].type.dialect_impl(sa_dialect).bind_processor(sa_dialect)
-        params.append(process(values[name]) if process else values[name])
-    return str(compiled), params
+    compiled = ForeignCursorStatement(insert_statement(row, dialect), dialect)
+    return compiled.sql, compiled.parameters(None)
+
+
+class ForeignCursorStatement:
+    """A SQLAlchemy Core statement of taskq's rendered for a DB-API cursor SQLAlchemy does
+    not manage (Django's): ``%s`` placeholders, values converted as SQLAlchemy converts them.
+
+    Args:
+        statement: The statement (its own ``.values()`` included).
+        dialect: ``postgresql`` or ``sqlite``.
+        keys: The names of the parameters each execution passes (an ``insert()`` without
+            values, run once per row), if any.
+
+    Raises:
+        OutboxError: ``dialect`` is neither ``postgresql`` nor ``sqlite``.
+    """
+
+    def __init__(self, statement: Any, dialect: str, keys: Sequence[str] = ()) -> None:
+        sa_dialect = _FORMAT_DIALECTS.get(dialect)
+        if sa_dialect is None:
+            raise OutboxError(
+                f"the outbox supports PostgreSQL and SQLite connections, not {dialect!r}"
+            )
+        self._compiled = statement.compile(dialect=sa_dialect, column_keys=list(keys) or None)
+        self._processors = [
+            (name, self._compiled.binds[name].type.dialect_impl(sa_dialect)
+             .bind_processor(sa_dialect))
+            for name in self._compiled.positiontup or ()
+        ]
+        self.sql = str(self._compiled)
+
+    def parameters(self, values: Mapping[str, Any] | None) -> list[Any]:
+        """The positional parameters of one execution with ``values``."""
+        merged = self._compiled.construct_params(dict(values) if values else None)
+        return [process(merged[name]) if process else merged[name]
+                for name, process in self._processors]
 
 
 def _row_values(row: OutboxRow) -> dict[str, Any]:

@@ -171,14 +171,16 @@ class _Workflow:
             countdown: Delays the first step (seconds or a ``timedelta``).
             session: Write everything in this transaction (an ORM ``Session`` or a Core
                 ``Connection``): the workflow starts if it commits, never if it rolls back.
-                Without one (and no ambient session), taskq commits its own transaction
-                before this returns.
+                Without one, the ambient transaction: inside Django's
+                ``transaction.atomic()`` (``taskq.contrib.django``) the block's, through
+                Django's connection; else taskq commits its own transaction before this
+                returns.
             link_error: Called once if a member is dead-lettered, as
                 ``link_error(workflow_id, failed_task_id, error, *its args)`` (only its own
                 args if made with ``si()``).
 
         Raises:
-            ConfigurationError: an empty group, a bad option, eager mode, a Django session.
+            ConfigurationError: an empty group, a bad option, eager mode.
             SerializationError: an argument cannot be encoded (nothing is written).
             OutboxError: the rows could not be written.
         """
@@ -337,13 +339,8 @@ def _transaction_of(app: WorkflowApp, session: Any) -> Any:
             "test them with a worker (or call the tasks directly)"
         )
     if session is None and app.session_provider is not None:
+        # Inside Django's transaction.atomic(): the block's own connection (DjangoOutbox).
         session = app.session_provider()
-    if session is not None and hasattr(session, "taskq_add_outbox_row"):
-        raise ConfigurationError(
-            "a workflow cannot join a Django transaction yet (its tables are written with "
-            "SQLAlchemy); start it in transaction.on_commit(...) or pass session= an "
-            "SQLAlchemy Session on the same database"
-        )
     return session
 
 

@@ -142,7 +142,8 @@ def shop_app(django_schema: str, namespace: str) -> Iterator[App]:
     yield app
     Order.objects.all().delete()
     with connection.cursor() as cursor:
-        for table in ("taskq_outbox", "taskq_results", "taskq_processed", "taskq_django_tasks"):
+        for table in ("taskq_outbox", "taskq_results", "taskq_processed", "taskq_django_tasks",
+                      "taskq_workflow_members", "taskq_workflows"):
             cursor.execute(f"DELETE FROM {table}")
     app.close()
     delete_topology(app)

@@ -136,6 +136,66 @@ def test_delay_outside_an_atomic_block_publishes_directly(shop_app: App, broker:
     assert Order.objects.get(pk=order.id).confirmation is None  # a worker would run it
 
 
+def test_a_chain_started_in_an_atomic_block_is_written_in_it_and_runs_after_commit(
+    shop_app: App,
+    django_schema: str,
+    worker_env: dict[str, str],
+    start_command: Callable[..., WorkerProcess],
+    broker: Any,
+    namespace: str,
+) -> None:
+    from django.db import transaction
+    from orders.models import Order
+
+    from taskq.workflows import WorkflowState, chain
+    from tests.contrib.djapp.tasks import double, plus
+
+    url = schema_url(django_schema)
+    # When: an order and a chain are written in one atomic block, and the block goes on
+    with transaction.atomic():
+        order = Order.objects.create(email="wf@example.com", total_cents=700)
+        result = chain(double.s(2), plus.s(3)).apply_async()
+        # Then: nothing is visible outside the block before it commits
+        assert count_rows(url, "taskq_workflows") == 0
+        assert count_rows(url, "taskq_outbox") == 0
+
+    # Then: the commit made the workflow, its two members and its first step's outbox row
+    assert Order.objects.filter(pk=order.pk).exists()
+    assert count_rows(url, "taskq_workflows") == 1
+    assert count_rows(url, "taskq_workflow_members") == 2
+    assert count_rows(url, "taskq_outbox") == 1
+    assert result.state is WorkflowState.RUNNING
+
+    # When: a worker (with its relay) runs; Then: double(2) = 4, plus(4, 3) = 7
+    worker = start_command(
+        ["manage.py", "taskq", "worker", "-c", "1", "--loglevel", "INFO"],
+        cwd=SHOP_DIR,
+        env={**worker_env, **shop_database_env(django_schema)},
+    )
+    wait_until(lambda: result.state.is_ready, timeout_s=60,
+               message=lambda: f"the chain's end; worker log:\n{worker.log()}")
+    assert (result.state, result.get(timeout_s=1)) == (WorkflowState.SUCCESS, 7)
+
+
+def test_a_chain_started_in_an_atomic_block_that_rolls_back_leaves_nothing(
+    shop_app: App, django_schema: str, broker: Any, namespace: str
+) -> None:
+    from django.db import transaction
+
+    from taskq.workflows import chain, group
+    from tests.contrib.djapp.tasks import double, plus
+
+    with pytest.raises(RuntimeError), transaction.atomic():
+        chain(group(double.s(1), double.s(2)), plus.s(3)).apply_async()
+        raise RuntimeError("the view failed after starting the workflow")
+
+    url = schema_url(django_schema)
+    for table in ("taskq_workflows", "taskq_workflow_members", "taskq_outbox"):
+        assert count_rows(url, table) == 0, table
+    queue = f"{namespace}.default"
+    assert not broker.exists(queue) or broker.depth(queue) == 0
+
+
 def test_eager_mode_runs_the_task_on_commit_and_never_on_rollback(shop_app: App) -> None:
     from django.db import transaction
     from orders.models import Order

@@ -1,10 +1,11 @@
 """The outbox through Django's own database connection, and the database URL for the relay.
 
-Inside ``transaction.atomic()`` the App's ``session_provider`` hands ``delay()`` a
-:class:`DjangoOutbox`: the outbox row is inserted with Django's cursor, in Django's
-transaction, so it commits or rolls back with the block. The SQL is SQLAlchemy's own
-insert, rendered for the connection's vendor (:func:`taskq.outbox.store.compile_insert`),
-so the relay reads the row exactly as if a SQLAlchemy ``Session`` had written it.
+Inside ``transaction.atomic()`` the App's ``session_provider`` hands ``delay()`` (and a
+workflow's ``apply_async()``) a :class:`DjangoOutbox`: the outbox row, and a workflow's own
+rows, are inserted with Django's cursor, in Django's transaction, so they commit or roll back
+with the block. The SQL is SQLAlchemy's own, rendered for the connection's vendor
+(:class:`taskq.outbox.store.ForeignCursorStatement`), so the relay and the workers read the
+rows exactly as if a SQLAlchemy ``Session`` had written them.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from urllib.parse import quote, urlencode
 from django.db import DatabaseError, connections, transaction
 
 from taskq.errors import ConfigurationError, OutboxError
-from taskq.outbox.store import NOTIFY_CHANNEL, compile_insert
+from taskq.outbox.store import NOTIFY_CHANNEL, ForeignCursorStatement, compile_insert
 
 if TYPE_CHECKING:
     from taskq.outbox.store import OutboxRow
@@ -79,6 +80,35 @@ class DjangoOutbox:
                 queue=row.queue,
             ) from exc
         return inserted
+
+    def execute(self, statement: Any, parameters: Any = None) -> None:
+        """Run one of taskq's SQLAlchemy Core inserts in the connection's transaction.
+
+        What a workflow's start writes (``taskq_workflows``, ``taskq_workflow_members``), with
+        the signature of ``Connection.execute``: a list of dicts runs the statement once per
+        dict (``executemany``). Nothing is read back.
+
+        Raises:
+            OutboxError: the vendor is not PostgreSQL or SQLite, or the insert failed
+                (e.g. the tables were not migrated).
+        """
+        rows = parameters if isinstance(parameters, list) else [parameters]
+        compiled = ForeignCursorStatement(
+            statement, self.connection.vendor, list(rows[0]) if rows[0] else ()
+        )
+        try:
+            with self.connection.cursor() as cursor:
+                if len(rows) == 1:
+                    cursor.execute(compiled.sql, compiled.parameters(rows[0]))
+                else:
+                    cursor.executemany(compiled.sql, [compiled.parameters(r) for r in rows])
+        except DatabaseError as exc:
+            table = getattr(getattr(statement, "table", None), "name", "taskq's")
+            raise OutboxError(
+                f"cannot write {table} rows through Django database "
+                f"{self.connection.alias!r}: {exc}; run `python manage.py migrate taskq` if "
+                "the table is missing"
+            ) from exc
 
     def taskq_on_commit(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` after the outermost atomic block commits (eager mode)."""

@@ -50,3 +50,14 @@ def sleepy(seconds: float) -> None:
     import time
 
     time.sleep(seconds)  # past its hard time limit: the worker replaces the process
+
+
+@app.task
+def double(x: int) -> int:
+    """A workflow member (tests of chains started inside transaction.atomic())."""
+    return 2 * x
+
+
+@app.task
+def plus(x: int, y: int) -> int:
+    return x + y
