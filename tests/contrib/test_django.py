@@ -41,6 +41,16 @@ def confirmation(order_id: int) -> str | None:
     return Order.objects.get(pk=order_id).confirmation
 
 
+def start_shop_worker(start_command: Callable[..., WorkerProcess], worker_env: dict[str, str],
+                      django_schema: str) -> WorkerProcess:
+    """`manage.py taskq worker -c 1` of the example shop (with its relay), on the schema."""
+    return start_command(
+        ["manage.py", "taskq", "worker", "-c", "1", "--loglevel", "INFO"],
+        cwd=SHOP_DIR,
+        env={**worker_env, **shop_database_env(django_schema)},
+    )
+
+
 def test_committed_request_enqueues_one_task_that_the_worker_runs_with_django_settings(
     shop_app: App,
     django_schema: str,
@@ -62,11 +72,7 @@ def test_committed_request_enqueues_one_task_that_the_worker_runs_with_django_se
     assert not broker.exists(queue) or broker.depth(queue) == 0
 
     # When: `manage.py taskq worker` (with its relay) runs
-    worker = start_command(
-        ["manage.py", "taskq", "worker", "-c", "1", "--loglevel", "INFO"],
-        cwd=SHOP_DIR,
-        env={**worker_env, **shop_database_env(django_schema)},
-    )
+    worker = start_shop_worker(start_command, worker_env, django_schema)
 
     # Then: the task ran once, with Django set up, and its write landed
     order_id = response.json()["id"]
@@ -137,12 +143,8 @@ def test_delay_outside_an_atomic_block_publishes_directly(shop_app: App, broker:
 
 
 def test_a_chain_started_in_an_atomic_block_is_written_in_it_and_runs_after_commit(
-    shop_app: App,
-    django_schema: str,
-    worker_env: dict[str, str],
+    shop_app: App, django_schema: str, worker_env: dict[str, str],
     start_command: Callable[..., WorkerProcess],
-    broker: Any,
-    namespace: str,
 ) -> None:
     from django.db import transaction
     from orders.models import Order
@@ -167,11 +169,7 @@ def test_a_chain_started_in_an_atomic_block_is_written_in_it_and_runs_after_comm
     assert result.state is WorkflowState.RUNNING
 
     # When: a worker (with its relay) runs; Then: double(2) = 4, plus(4, 3) = 7
-    worker = start_command(
-        ["manage.py", "taskq", "worker", "-c", "1", "--loglevel", "INFO"],
-        cwd=SHOP_DIR,
-        env={**worker_env, **shop_database_env(django_schema)},
-    )
+    worker = start_shop_worker(start_command, worker_env, django_schema)
     wait_until(lambda: result.state.is_ready, timeout_s=60,
                message=lambda: f"the chain's end; worker log:\n{worker.log()}")
     assert (result.state, result.get(timeout_s=1)) == (WorkflowState.SUCCESS, 7)
