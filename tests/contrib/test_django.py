@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from taskq import App, ConfigurationError, SerializationError
+from taskq import App, ConfigurationError, OutboxError, SerializationError
 from taskq.schema import metadata
 from taskq.testing import WorkerProcess, eager
 from tests.conftest import POSTGRES_URL
@@ -192,6 +192,20 @@ def test_a_chain_started_in_an_atomic_block_that_rolls_back_leaves_nothing(
         assert count_rows(url, table) == 0, table
     queue = f"{namespace}.default"
     assert not broker.exists(queue) or broker.depth(queue) == 0
+
+
+def test_a_workflow_whose_tables_are_missing_fails_with_what_to_run(shop_app: App) -> None:
+    from django.db import connection, transaction
+
+    from taskq.contrib.django.outbox import DjangoOutbox
+
+    missing = sa.table("taskq_workflows_not_migrated", sa.column("id"))
+    with pytest.raises(OutboxError) as caught, transaction.atomic():
+        DjangoOutbox(connection).execute(missing.insert().values(id="wf-1"))
+
+    message = caught.value.message
+    assert "taskq_workflows_not_migrated" in message and "'default'" in message
+    assert "python manage.py migrate taskq" in message
 
 
 def test_eager_mode_runs_the_task_on_commit_and_never_on_rollback(shop_app: App) -> None:
