@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.support.rabbitmq_nodes import answers, free_port
+from tests.support.rabbitmq_nodes import answers, free_port, speaks_amqp
 from tests.support.waiting import wait_until
 
 logger = logging.getLogger(__name__)
@@ -136,7 +136,7 @@ class PrivateRabbit:
             )
         wait_until(
             lambda: self._script is not None and (
-                self._script.poll() is not None or answers(self.port)
+                self._script.poll() is not None or speaks_amqp(self.port)
             ),
             timeout_s=BOOT_TIMEOUT_S, interval_s=0.1,
             message=f"private RabbitMQ node {self.node} to accept AMQP on {self.port}",
@@ -149,7 +149,8 @@ class PrivateRabbit:
 
     def is_running(self) -> bool:
         """Whether the node accepts AMQP connections."""
-        return self._script is not None and self._script.poll() is None and answers(self.port)
+        return (self._script is not None and self._script.poll() is None
+                and speaks_amqp(self.port))
 
     def kill(self) -> int:
         """SIGKILL the node's beam.smp; return its PID once it is gone."""

@@ -56,11 +56,40 @@ def missing_reason() -> str | None:
     return None
 
 
+# Every port free_port() has handed out in this process.
+_handed_out: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on now and that no earlier call returned.
+
+    ``bind(0)`` may give back a port it gave a moment ago once that socket is closed, so two
+    calls for one node (its AMQP and its epmd port) could agree, and the node would then
+    fail to start with ``eaddrinuse`` while its epmd answers on the port.
+    """
+    while True:
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _handed_out:
+            _handed_out.add(port)
+            return port
+
+
+def speaks_amqp(port: int) -> bool:
+    """Whether an AMQP 0-9-1 server answers on 127.0.0.1:``port``.
+
+    More than :func:`answers`: whatever else holds the port (an epmd, a proxy whose upstream
+    is down) accepts the connection too, but only a broker answers the protocol header with
+    a frame (``connection.start``).
+    """
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=2) as sock:
+            sock.settimeout(5)
+            sock.sendall(b"AMQP\x00\x00\x09\x01")
+            return sock.recv(1) == b"\x01"  # frame type 1: a method frame
+    except OSError:
+        return False
 
 
 def answers(port: int) -> bool:
@@ -168,7 +197,7 @@ class RabbitNode:
         script = self._script
         assert script is not None, "launch() first"
         wait_until(
-            lambda: script.poll() is not None or answers(self.port),
+            lambda: script.poll() is not None or speaks_amqp(self.port),
             timeout_s=timeout_s, interval_s=0.1,
             message=f"private RabbitMQ node {self.name} to accept AMQP on {self.port}",
         )
