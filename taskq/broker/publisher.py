@@ -376,9 +376,7 @@ class Publisher(ProcessLink[ConfirmChannel]):
             link.open_channel(None)
         except Exception:  # the connection went too; the next publish reconnects
             logger.debug("could not reopen the publisher channel", exc_info=True)
-            link.abort()
-            self._link = None
-
+            self._drop_link()  # ``link`` is this process's link: every caller passes it
 
     # -- publish_many ------------------------------------------------------------------------
 

@@ -143,7 +143,6 @@ def due_item(topology: Topology, message: DelayedMessage) -> PublishItem:
     return topology.exchange, message.queue, with_headers(message.wire, headers)
 
 
-
 def with_unsent(exc: PublishError, unsent: Sequence[DelayedMessage]) -> PublishError:
     """``exc`` of one slice of a call, accounting also for its later slices, not sent."""
     if not unsent:

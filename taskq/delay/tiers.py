@@ -133,4 +133,3 @@ class TierDelay:
 
     def close(self) -> None:
         """Nothing of its own to close: the publisher belongs to its owner."""
-
