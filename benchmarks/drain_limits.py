@@ -45,6 +45,7 @@ from benchmarks._apps.taskq_app import make_app
 from benchmarks._contenders import BROKER_URL, Admin, publish_windowed, raw_pipelined
 from benchmarks._proc import Broker, tree_cpu_s
 from taskq.broker.publisher import _properties as wire_properties
+from taskq.broker.topology import QueueOptions, queue_arguments
 from taskq.message import TASK, encode
 
 
@@ -156,8 +157,12 @@ def taskq_point(n: int, processes: int, prefetch: int, broker: Broker, probe: st
 
 def broker_cost_points(n: int, broker: Broker, probe: str) -> list[Callable[[], Point]]:
     """Points that change one part of the queue or the message at a time (``--broker-cost``)."""
-    app = make_app(broker_url=BROKER_URL, namespace="limitscost", default_queue="limitscost.q")
+    namespace, queue = "limitscost", "limitscost.q"
+    app = make_app(broker_url=BROKER_URL, namespace=namespace, default_queue=queue)
     wire = encode(app.registry.get("bench.noop").envelope(()))
+    # What taskq declares for a classic work queue: its priority levels, its dead-letter route
+    taskq_queue = queue_arguments(namespace, queue, QueueOptions(),
+                                  default_max_priority=app.settings.default_max_priority)
     app.close()
     bare = b"\x00" * 8
 
@@ -174,11 +179,9 @@ def broker_cost_points(n: int, broker: Broker, probe: str) -> list[Callable[[], 
             return body, properties
         return make
 
-    headers = dict(wire.headers)
+    headers = wire.headers
     one = {TASK: headers[TASK]}
-    priority = {"x-max-priority": 10}
-    dead_letter = {"x-dead-letter-exchange": "limitscost.dlx",
-                   "x-dead-letter-routing-key": "limitscost.q"}
+    priority = {"x-max-priority": taskq_queue["x-max-priority"]}
     cases: list[tuple[str, dict[str, Any], Callable[[], tuple[bytes, pika.BasicProperties]]]] = [
         ("plain queue, bare messages", {}, message(bare, None, False)),
         ("x-max-priority 1, bare", {"x-max-priority": 1}, message(bare, None, False)),
@@ -191,8 +194,7 @@ def broker_cost_points(n: int, broker: Broker, probe: str) -> list[Callable[[], 
         ("x-max-priority 10, taskq's properties, no headers", priority,
          message(wire.body, None, True)),
         ("x-max-priority 10, taskq's message", priority, message(wire.body, headers, True)),
-        ("taskq's queue arguments and message", {**priority, **dead_letter},
-         message(wire.body, headers, True)),
+        ("taskq's queue arguments and message", taskq_queue, message(wire.body, headers, True)),
     ]
     return [
         functools.partial(raw_point, n, arguments, f"raw pika -c 2, {label}", broker, probe, make)

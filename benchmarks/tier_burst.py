@@ -59,9 +59,13 @@ def burst(n: int, rate: float, k: int) -> str:
                 "x-message-ttl": TTL_MS, "x-dead-letter-exchange": "",
                 "x-dead-letter-routing-key": target})
         out: multiprocessing.Queue[list[float]] = multiprocessing.Queue()
-        consumer = multiprocessing.Process(target=_consume, args=(target, n, out))
+        consumer = multiprocessing.Process(target=_consume, args=(target, n, out), daemon=True)
         consumer.start()
-        time.sleep(1)  # the consumer's connection up before the first expiry (3 s away)
+        deadline = time.monotonic() + 30  # consuming before the first message is sent
+        while channel.queue_declare(target, passive=True).method.consumer_count < 1:
+            if time.monotonic() > deadline or not consumer.is_alive():
+                raise RuntimeError(f"{target}: the consumer did not start consuming")
+            time.sleep(0.01)
         properties = pika.BasicProperties(delivery_mode=2)
         began = time.time()
         for i in range(n):
