@@ -64,6 +64,12 @@ header_names = st.one_of(
                      b"taskq-origin-queue", b"taskq-traceback"]),
 ).filter(lambda name: name != NUMBER and name not in ENVELOPE)
 
+# RabbitMQ reads top-level CC and BCC headers itself (sender-selected distribution) and
+# refuses a message whose CC or BCC is not an array of strings (406 PRECONDITION_FAILED,
+# unacceptable_type_in_header), so such a message never reaches a worker. In the CI run of
+# 962eb11 Hypothesis drew a table for CC and the test's publisher lost its channel.
+top_level_names = header_names.filter(lambda name: name not in (b"CC", b"BCC"))
+
 scalars: st.SearchStrategy[Typed] = st.one_of(
     st.tuples(st.just("t"), st.booleans()),
     st.tuples(st.just("b"), st.integers(-(2**7), 2**7 - 1)),
@@ -151,7 +157,7 @@ def messages(draw: st.DrawFn) -> dict[str, Any]:
         "timestamp": draw(st.one_of(st.none(), st.integers(0, 2**64 - 1))),
         "type": draw(st.one_of(st.none(), short_bytes)),
         "correlation_id": draw(st.one_of(st.none(), short_bytes)),
-        "extra": draw(st.lists(st.tuples(header_names, values), max_size=6)),
+        "extra": draw(st.lists(st.tuples(top_level_names, values), max_size=6)),
         "envelope": [draw(s) for s in (version_header, task_header, retries_header,
                                        key_header, eta_header)],
     }
