@@ -18,11 +18,11 @@ from taskq.broker.publisher import Publisher
 from taskq.broker.topology import QueueOptions, Topology, validate_queue_name
 from taskq.delay.backend import DelayBackend, DelayedMessage
 from taskq.delay.maths import delay_ms_from_s, epoch_ms, eta_ms_of
-from taskq.errors import ConfigurationError, MessageTooLarge
-from taskq.message import Envelope, WireMessage, encode, gc_paused
-from taskq.ordering.routing import route
+from taskq.errors import ConfigurationError
+from taskq.message import WireMessage, gc_paused
 from taskq.registry import TaskRegistry
 from taskq.results import AsyncResult
+from taskq.road import Outgoing, Road
 from taskq.schedules.definitions import PeriodicTask, Schedules
 from taskq.sending import Sender
 from taskq.settings import Settings
@@ -68,7 +68,6 @@ class App:
         #: The app's periodic tasks (``add_periodic_task``, ``@app.periodic``).
         self.schedules = Schedules(self)
         self._queues: dict[str, QueueOptions] = {}
-        self._validated_queues: set[str] = set()
         self._lock = threading.Lock()
         self._engine: Any = None
         self._engine_pid = 0
@@ -85,6 +84,7 @@ class App:
             {"broker_url": broker_url, "database_url": database_url, **settings}
         )
         self._topology = self._build_topology()
+        self._road = self._build_road()
         self._sender = Sender(self.settings, self._topology)
 
     def __repr__(self) -> str:
@@ -101,6 +101,7 @@ class App:
         with self._lock:
             self.settings = self.settings.replace(**changes)
             self._topology = self._build_topology()
+            self._road = self._build_road()
             self._sender.close()
             self._sender = Sender(self.settings, self._topology)
 
@@ -108,6 +109,11 @@ class App:
     def topology(self) -> Topology:
         """The broker objects this app declares (names and arguments)."""
         return self._topology
+
+    @property
+    def road(self) -> Road:
+        """Where every new message of this app is built, checked and routed (:mod:`taskq.road`)."""
+        return self._road
 
     def queue(
         self,
@@ -244,61 +250,42 @@ class App:
         """This process's publisher (created on first use; a new one after fork)."""
         return self._sender.publisher
 
-    def send(self, envelope: Envelope, queue: str) -> None:
-        """Encode ``envelope`` and publish it to ``queue`` with confirms.
+    def send(self, outgoing: Outgoing) -> None:
+        """Publish a message built by :attr:`road` now (or when due), with confirms.
 
         Raises:
-            SerializationError: an argument cannot be encoded (nothing is published).
-            MessageTooLarge: the body exceeds ``max_message_size_bytes``.
             PublishError: the broker did not confirm the message.
         """
-        self._validate_queue(queue)
-        wire = encode(envelope)
-        self._check_size(envelope, queue, len(wire.body))
-        self._topology.check_priority(queue, envelope.priority, envelope.task)
-        destination = route(self._topology, envelope.headers, queue, envelope.task)
+        envelope, wire, destination = outgoing.envelope, outgoing.wire, outgoing.destination
         if self.settings.task_always_eager:
             from taskq.eager import run
 
-            run(self, wire, queue)
+            run(self, wire, outgoing.queue)
             return
-        queue = destination
         if envelope.eta is not None:
             eta_ms = eta_ms_of(envelope.eta)
             if eta_ms > epoch_ms():
-                self._sender.publish_delayed_many([DelayedMessage(wire, queue, eta_ms)])
+                self._sender.publish_delayed_many([DelayedMessage(wire, destination, eta_ms)])
                 return
         self.publisher.publish(
-            wire, exchange=self._topology.exchange, routing_key=queue, task=envelope.task
+            wire, exchange=self._topology.exchange, routing_key=destination, task=envelope.task
         )
 
-    def send_many(self, envelopes: list[Envelope], queue: str) -> None:
-        """Encode every envelope, then publish them all with windowed confirms.
-
-        Nothing is published unless every envelope encodes and fits the size limit.
+    def send_many(self, outgoings: Sequence[Outgoing]) -> None:
+        """Publish messages built by :attr:`road` with windowed confirms.
 
         Raises:
-            SerializationError: an argument cannot be encoded (nothing is published).
-            MessageTooLarge: a body exceeds ``max_message_size_bytes``.
             PublishError: some messages were not confirmed; ``unconfirmed_ids`` lists them.
         """
-        self._validate_queue(queue)
-        exchange = self._topology.exchange
-        items = []
-        with gc_paused():
-            for envelope in envelopes:
-                wire = encode(envelope)
-                self._check_size(envelope, queue, len(wire.body))
-                self._topology.check_priority(queue, envelope.priority, envelope.task)
-                items.append(
-                    (exchange, route(self._topology, envelope.headers, queue, envelope.task), wire)
-                )
         if self.settings.task_always_eager:
             from taskq.eager import run
 
-            for _, _, wire in items:
-                run(self, wire, queue)
+            for outgoing in outgoings:
+                run(self, outgoing.wire, outgoing.queue)
             return
+        exchange = self._topology.exchange
+        with gc_paused():
+            items = [(exchange, o.destination, o.wire) for o in outgoings]
         self.publisher.publish_many(items)
 
     def publish_delayed(
@@ -330,7 +317,7 @@ class App:
         ``PublishError`` lists the ``unconfirmed_ids`` where known.
         """
         for message in messages:
-            self._validate_queue(message.queue)
+            self._road.check_queue(message.queue)
         self._sender.publish_delayed_many(messages)
 
     @property
@@ -359,35 +346,28 @@ class App:
         """
         return self._sender.delay_kind()
 
-    def enqueue(self, session: Any, envelope: Envelope, queue: str) -> bool:
-        """Add ``envelope`` to the outbox in ``session``'s transaction (no commit).
+    def enqueue(self, session: Any, outgoing: Outgoing) -> bool:
+        """Add a message built by :attr:`road` to the outbox in ``session``'s transaction.
 
         ``session`` is an ORM ``Session`` or a Core ``Connection`` on the database named by
-        ``database_url``; the relay publishes the row after the caller commits.
+        ``database_url`` (no commit); the relay publishes the row after the caller commits.
 
         Returns:
             ``False`` when the task id or idempotency key is already in the outbox.
 
         Raises:
-            SerializationError: an argument cannot be encoded (nothing is written).
-            MessageTooLarge: the body exceeds ``max_message_size_bytes``.
             OutboxError: the row could not be written.
         """
-        self._validate_queue(queue)
-        wire = encode(envelope)
-        self._check_size(envelope, queue, len(wire.body))
-        self._topology.check_priority(queue, envelope.priority, envelope.task)
-        destination = route(self._topology, envelope.headers, queue, envelope.task)
         if self.settings.task_always_eager:
             from taskq.eager import run_on_commit
 
-            run_on_commit(self, session, wire, queue)
+            run_on_commit(self, session, outgoing.wire, outgoing.queue)
             return True
         from taskq.outbox.enqueue import add_to_outbox
 
         return add_to_outbox(
-            self._outbox_store(), session, envelope, wire, destination,
-            horizon_s=self.settings.outbox_delay_horizon_s,
+            self._outbox_store(), session, outgoing.envelope, outgoing.wire,
+            outgoing.destination, horizon_s=self.settings.outbox_delay_horizon_s,
         )
 
     # -- database ----------------------------------------------------------------------------
@@ -470,24 +450,11 @@ class App:
 
     # -- internals ---------------------------------------------------------------------------
 
-    def _validate_queue(self, queue: str) -> None:
-        if queue not in self._validated_queues:
-            validate_queue_name(queue)
-            self._validated_queues.add(queue)
-
-    def _check_size(self, envelope: Envelope, queue: str, size_bytes: int) -> None:
-        limit = self.settings.max_message_size_bytes
-        if size_bytes > limit:
-            raise MessageTooLarge(
-                f"task {envelope.task!r} (id {envelope.task_id}) for queue {queue!r}: the "
-                f"encoded arguments are {size_bytes} bytes, above max_message_size_bytes="
-                f"{limit}; pass a reference (a database id, an object-store key) instead of "
-                "the data",
-                task=envelope.task,
-                task_id=envelope.task_id,
-                queue=queue,
-                size_bytes=size_bytes,
-            )
+    def _build_road(self) -> Road:
+        return Road(
+            app_name=self.name, topology=self._topology,
+            max_message_size_bytes=self.settings.max_message_size_bytes,
+        )
 
     def _build_topology(self) -> Topology:
         return Topology(

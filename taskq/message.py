@@ -241,7 +241,7 @@ def _extra_headers(envelope: Envelope) -> dict[str, Any]:
         )
     headers = strip_x_death(envelope.headers)
     for name, value in headers.items():
-        problem = _header_problem(name, value)
+        problem = _ROUTING_HEADERS.get(name) or _header_problem(name, value)
         if problem:
             raise ConfigurationError(
                 f"task {envelope.task!r}: header {str(name)[:60]!r} {problem}",
@@ -250,6 +250,19 @@ def _extra_headers(envelope: Envelope) -> dict[str, Any]:
             )
     return headers
 
+
+# Top-level headers RabbitMQ reads itself (sender-selected distribution): extra routing keys
+# the message is copied to, refused with a channel-closing 406 unless an array of strings.
+# taskq routes each message to one queue (and drops both from every copy it republishes),
+# so it refuses them at the call rather than let the publish fail or copy the task.
+_ROUTING_HEADERS = {
+    name: (
+        f"is read by RabbitMQ itself as extra routing keys (sender-selected distribution: "
+        f"{name} must be an array of strings, and would copy the task to other queues); "
+        "taskq sends each task to one queue, so give the header another name"
+    )
+    for name in ("CC", "BCC")
+}
 
 # What an AMQP field table carries (RabbitMQ's field types as pika writes them).
 _HEADER_SCALARS = (str, bytes, bool, int, Decimal, datetime, type(None))

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import functools
 import sys
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Generic, NoReturn, ParamSpec, Protocol, TypeVar, cast
 
+from taskq.calls import CallShape
 from taskq.errors import ConfigurationError, Retry
-from taskq.message import ORDERING_KEY, Envelope, gc_paused, new_task_id, new_task_ids
+from taskq.message import Envelope, gc_paused, new_task_ids
 from taskq.ordering.arguments import KeyArgument
 from taskq.ordering.keys import normalize_key
 from taskq.request import Request, current_request
@@ -27,6 +27,7 @@ from taskq.workflows.canvas import Signature
 
 if TYPE_CHECKING:
     from taskq.results import ResultStore
+    from taskq.road import Outgoing, Road
     from taskq.settings import Settings
 
 P = ParamSpec("P")
@@ -131,14 +132,18 @@ class TaskApp(Protocol):
     def results(self) -> ResultStore:
         """The result store (read by :class:`~taskq.results.AsyncResult`)."""
 
-    def send(self, envelope: Envelope, queue: str) -> None:
-        """Publish one envelope now, with confirms."""
+    @property
+    def road(self) -> Road:
+        """Where every new message is built, checked and routed."""
 
-    def send_many(self, envelopes: list[Envelope], queue: str) -> None:
-        """Publish envelopes now, with windowed confirms."""
+    def send(self, outgoing: Outgoing) -> None:
+        """Publish one message now, with confirms."""
 
-    def enqueue(self, session: Any, envelope: Envelope, queue: str) -> bool:
-        """Add an envelope to the outbox in ``session``'s transaction."""
+    def send_many(self, outgoings: list[Outgoing]) -> None:
+        """Publish messages now, with windowed confirms."""
+
+    def enqueue(self, session: Any, outgoing: Outgoing) -> bool:
+        """Add a message to the outbox in ``session``'s transaction."""
 
 
 def validate_priority(priority: int) -> int:
@@ -170,6 +175,10 @@ class Task(Generic[P, R]):
         self._key_argument = (
             KeyArgument(fn, options.ordering_key, task=name, bound=options.bind)
             if options.ordering_key is not None else None
+        )
+        self._shape = CallShape(
+            fn, task=name, bound=options.bind,
+            injected=("session",) if options.transactional else (),
         )
         functools.update_wrapper(self, fn)
 
@@ -290,25 +299,18 @@ class Task(Generic[P, R]):
                 delay longer than the delay backend holds, an ordered queue without an
                 ordering key or a key for an unordered queue...).
         """
-        target = queue or self.queue
-        key = self.ordering_key_of(args, kwargs, target, ordering_key)
-        if key is not None:
-            headers = {**(headers or {}), ORDERING_KEY: key}
-        envelope = self.envelope(
-            args,
-            kwargs,
-            priority=priority,
-            task_id=task_id,
-            headers=headers,
-            idempotency_key=idempotency_key,
-            eta=resolve_eta(countdown, eta),
+        outgoing = self.app.road.build(
+            self, args, kwargs, queue=queue, priority=priority, task_id=task_id,
+            headers=headers, idempotency_key=idempotency_key, eta=resolve_eta(countdown, eta),
+            ordering_key=ordering_key,
         )
         session = self._session(session)
         if session is not None:
-            self.app.enqueue(session, envelope, target)
+            self.app.enqueue(session, outgoing)
         else:
-            self.app.send(envelope, target)
-        return AsyncResult(envelope.task_id, task=self.name, queue=target, app=self.app)
+            self.app.send(outgoing)
+        return AsyncResult(outgoing.envelope.task_id, task=self.name, queue=outgoing.queue,
+                           app=self.app)
 
     def s(self, *args: Any, **kwargs: Any) -> Signature:
         """A signature of this call for a workflow; in a chain the previous result is
@@ -359,28 +361,36 @@ class Task(Generic[P, R]):
             PublishError: some messages were not confirmed; ``unconfirmed_ids`` lists them.
         """
         calls = calls if isinstance(calls, (list, tuple)) else list(calls)
-        target = queue or self.queue
-        keyed = self._key_argument is not None
+        build = self.app.road.build
         with gc_paused():
-            envelopes = [
-                self.envelope(
-                    args, None, priority=priority, task_id=task_id,
-                    headers={ORDERING_KEY: self.ordering_key_of(args, None, target)}
-                    if keyed else None,
-                )
+            outgoings = [
+                build(self, args, None, queue=queue, priority=priority, task_id=task_id)
                 for args, task_id in zip(calls, new_task_ids(len(calls)), strict=True)
             ]
         session = self._session(session)
         if session is not None:
-            for envelope in envelopes:
-                self.app.enqueue(session, envelope, target)
+            for outgoing in outgoings:
+                self.app.enqueue(session, outgoing)
         else:
-            self.app.send_many(envelopes, target)
+            self.app.send_many(outgoings)
         with gc_paused():
             return [
-                AsyncResult(e.task_id, task=self.name, queue=target, app=self.app)
-                for e in envelopes
+                AsyncResult(o.envelope.task_id, task=self.name, queue=o.queue, app=self.app)
+                for o in outgoings
             ]
+
+    @property
+    def default_priority(self) -> int:
+        """The priority of a call that sets none (``@app.task(priority=...)``)."""
+        return self.options.priority
+
+    def check_call(self, args: Sequence[Any], kwargs: Mapping[str, Any] | None) -> None:
+        """Raise the ``TypeError`` calling the function with ``args, kwargs`` would raise.
+
+        Raises:
+            TypeError: a missing or unexpected argument, naming the task.
+        """
+        self._shape.check(args, kwargs)
 
     def ordering_key_of(
         self,
@@ -421,32 +431,12 @@ class Task(Generic[P, R]):
         idempotency_key: str | None = None,
         eta: datetime | None = None,
     ) -> Envelope:
-        """Build the envelope of one call (not yet encoded or published)."""
-        if not isinstance(args, (list, tuple)):
-            raise ConfigurationError(
-                f"args of task {self.name!r} must be a list or tuple, not {type(args).__name__}"
-            )
-        if task_id is not None and (  # 63 chars are at most 252 UTF-8 bytes: no encoding
-            task_id.__class__ is not str or (len(task_id) > 63 and len(task_id.encode()) > 255)
-        ):
-            raise ConfigurationError(
-                f"task {self.name!r}: task_id must be a str of at most 255 bytes (it is the "
-                f"AMQP message_id), got {str(task_id)[:60]!r}",
-                task=self.name,
-            )
-        return Envelope(
-            task_id=task_id or new_task_id(),
-            task=self.name,
-            args=list(args),
-            kwargs=dict(kwargs) if kwargs else {},
-            priority=self.options.priority if priority is None else validate_priority(priority),
-            retries=0,
-            idempotency_key=idempotency_key,
-            eta=eta,
-            timestamp=int(time.time()),
-            app_id=self.app.name,
-            headers=dict(headers) if headers else {},
-        )
+        """The envelope of one call to this task's queue, checked like ``apply_async``
+        (see :mod:`taskq.road`), not yet sent."""
+        return self.app.road.build(
+            self, args, kwargs, priority=priority, task_id=task_id, headers=headers,
+            idempotency_key=idempotency_key, eta=eta,
+        ).envelope
 
 
 def _countdown_s(countdown: float | timedelta | None) -> float | None:

@@ -393,6 +393,16 @@ class Topology:
         parent = self.ordered_parent(name)
         return parent[0] if parent is not None else name
 
+    def takes_priorities(self, queue: str) -> bool:
+        """Whether messages of ``queue`` may carry a priority above 0.
+
+        Only classic, unordered queues: a quorum queue delivers in arrival order on RabbitMQ
+        3.10, and a priority in an ordered queue would let a task overtake earlier ones of
+        its key.
+        """
+        options = self.options(queue)
+        return options.type == "classic" and options.partitions is None
+
     def check_priority(self, queue: str, priority: int, task: str) -> None:
         """Refuse a message priority that ``queue`` would silently ignore.
 
@@ -412,7 +422,8 @@ class Topology:
                 f"task {task!r} has priority {priority} but queue {queue!r} is a quorum queue, "
                 "which ignores message priorities (RabbitMQ 3.10); drop the priority, or "
                 "route urgent work to a queue of its own (a separate lane with its own "
-                "workers), or make the queue classic: app.queue(name, type='classic')"
+                "workers), or make the queue classic: app.queue(name, type='classic')",
+                task=task, queue=queue,
             )
 
     def base(self) -> Declarations:

@@ -16,10 +16,10 @@ from datetime import datetime, timezone
 from typing import Any, Protocol
 
 from taskq.broker.topology import validate_queue_name
-from taskq.codec import encode_body
 from taskq.errors import ConfigurationError
 from taskq.message import SCHEDULE, SCHEDULE_TICK, Envelope
 from taskq.registry import TaskRegistry
+from taskq.road import Outgoing
 from taskq.schedules.catchup import validate_missed
 from taskq.schedules.spec import Crontab, Every, to_schedule
 from taskq.settings import Settings
@@ -71,17 +71,47 @@ class PeriodicTask:
         """``taskq-schedule:<name>@<tick in ISO 8601 UTC>``: one per tick, everywhere."""
         return f"taskq-schedule:{self.name}@{iso_utc(tick_at)}"
 
-    def envelope(self, tick_at: datetime) -> Envelope:
-        """The message of the run for ``tick_at``; its task id is derived from the key too."""
+    def outgoing(self, tick_at: datetime) -> Outgoing:
+        """The message of the run for ``tick_at``, built by the app's road (checked and
+        routed like any call); its task id is derived from the key too.
+
+        Raises:
+            TypeError, ConfigurationError, SerializationError, MessageTooLarge: as the road.
+        """
         key = self.idempotency_key(tick_at)
-        return self.task.envelope(
+        return self.task.app.road.build(
+            self.task,
             self.args,
             self.kwargs,
+            queue=self.queue,
             priority=self.priority,
             task_id=str(uuid.uuid5(_TASK_IDS, key)),
             idempotency_key=key,
             headers={SCHEDULE: self.name, SCHEDULE_TICK: iso_utc(tick_at)},
         )
+
+    def envelope(self, tick_at: datetime) -> Envelope:
+        """The envelope of :meth:`outgoing`."""
+        return self.outgoing(tick_at).envelope
+
+    def check(self) -> None:
+        """Build one run's message now, so a run that could never be enqueued (arguments
+        that do not fit the function, a priority or ordering key its queue refuses, a size
+        over the limit) is refused when the schedule is defined, not at every tick.
+
+        Raises:
+            ConfigurationError: naming the periodic task, with the road's reason.
+            TypeError: the arguments do not fit the task function.
+        """
+        try:
+            self.outgoing(datetime.now(timezone.utc))
+        except ConfigurationError as exc:
+            raise ConfigurationError(
+                f"periodic task {self.name!r}: {exc.message}", task=self.task.name,
+                queue=self.target_queue,
+            ) from None
+        except TypeError as exc:
+            raise TypeError(f"periodic task {self.name!r}: {exc}") from None
 
 
 def iso_utc(moment: datetime) -> str:
@@ -140,7 +170,7 @@ class Schedules:
             priority=priority,
             missed=_missed(name, missed),
         )
-        encode_body(list(definition.args), definition.kwargs, task=resolved.name)
+        definition.check()
         self._by_name[name] = definition
         return definition
 

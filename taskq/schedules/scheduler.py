@@ -27,7 +27,7 @@ import sqlalchemy as sa
 
 from taskq.db import utcnow
 from taskq.errors import ConfigurationError
-from taskq.message import Envelope
+from taskq.road import Outgoing
 from taskq.schedules.catchup import plan_ticks
 from taskq.schedules.definitions import PeriodicTask, Schedules, iso_utc
 from taskq.schedules.store import ScheduleRow, SchedulerRow, ScheduleStore
@@ -57,8 +57,8 @@ class BeatApp(Protocol):
     def engine(self) -> Any:
         """The SQLAlchemy engine of ``database_url``."""
 
-    def enqueue(self, session: Any, envelope: Envelope, queue: str) -> bool:
-        """Add an envelope to the outbox in ``session``'s transaction."""
+    def enqueue(self, session: Any, outgoing: Outgoing) -> bool:
+        """Add a message to the outbox in ``session``'s transaction."""
 
 
 class _LostRace(Exception):
@@ -92,7 +92,8 @@ class Scheduler:
         """Register, sync the definitions, then fire ticks until ``should_stop()``.
 
         Raises:
-            ConfigurationError: no periodic tasks, or another scheduler holds SQLite.
+            ConfigurationError: no periodic tasks, a definition whose runs could not be
+                enqueued (see :meth:`PeriodicTask.check`), or another scheduler holds SQLite.
         """
         self.start()
         try:
@@ -108,6 +109,10 @@ class Scheduler:
                 f"app {self.app.name!r} defines no periodic tasks; add some with "
                 "app.add_periodic_task(...) or @app.periodic(...)"
             )
+        # Checked again against the queues as the app now declares them: a queue made
+        # ordered (or quorum) after a schedule was defined would refuse every tick.
+        for definition in self._definitions.values():
+            definition.check()
         self._register()
         try:
             self._sync()
@@ -224,7 +229,7 @@ class Scheduler:
         if plan.missed != 0:
             logger.warning("%s", _missed_text(definition, row, plan.missed, plan.dropped))
         for tick_at in plan.runs:
-            self.app.enqueue(conn, definition.envelope(tick_at), definition.target_queue)
+            self.app.enqueue(conn, definition.outgoing(tick_at))
         last_run_at = plan.runs[-1] if plan.runs else row.last_run_at
         if not self.store.advance(conn, row, next_run_at=plan.next_run_at,
                                   last_run_at=last_run_at, now=now):

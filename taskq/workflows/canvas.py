@@ -180,7 +180,11 @@ class _Workflow:
                 args if made with ``si()``).
 
         Raises:
-            ConfigurationError: an empty group, a bad option, eager mode.
+            ConfigurationError: an empty group, a bad option, eager mode, or a member or
+                errback that could not be enqueued when its turn came (a priority its queue
+                does not take, a missing ordering key...): every message is built through
+                the app's road (:mod:`taskq.road`) first, so nothing is written.
+            TypeError: a member's or the errback's arguments do not fit its function.
             SerializationError: an argument cannot be encoded (nothing is written).
             OutboxError: the rows could not be written.
         """
@@ -192,9 +196,19 @@ class _Workflow:
         errback = None
         if link_error is not None:
             errback = _call(link_error, new_task_id(), queue, priority, None, 0, 0, False)
-        workflow_id = new_task_id()
-        store = WorkflowMessages(app).store()
         target = _transaction_of(app, session)
+        signatures = [sig for sigs, _ in steps for sig in sigs]
+        if link_error is not None:
+            signatures.append(link_error)
+        messages = WorkflowMessages(app, {sig.task.name: sig.task for sig in signatures})
+        # Every member and the errback are built once now: what a worker could not enqueue
+        # when their turn comes is refused here, before anything is written.
+        for index, step in enumerate(calls):
+            messages.check_step(step, has_previous=index > 0)
+        if errback is not None:
+            messages.check_errback(errback)
+        workflow_id = new_task_id()
+        store = messages.store()
         if target is not None:
             store.create(target, workflow_id, self.kind, calls, errback)
         else:

@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from taskq import App, PublishError
 from taskq.testing import WorkerProcess
@@ -271,6 +272,48 @@ def test_django_priorities_map_monotonically_onto_taskq_levels() -> None:
     assert levels == sorted(levels)
     assert (levels[0], levels[-1], taskq_priority(0), taskq_priority(1)) == (0, 9, 4, 5)
     assert sorted(set(levels)) == list(range(10))
+
+
+def test_the_default_priority_is_accepted_on_a_quorum_queue_and_others_refused_at_the_call(
+    shop_app: App, django_schema: str, namespace: str, broker: Any
+) -> None:
+    """Issue 26, 3.5: Django's default priority (0) mapped to taskq's 4, which a quorum
+    queue refuses, so with default_queue_type="quorum" every enqueue() raised."""
+    from django.db import transaction
+
+    from taskq.contrib.django.tasks._api import InvalidTask
+    from tests.conftest import delete_topology
+    from tests.contrib.djapp.tasks import add
+
+    url = schema_url(django_schema)
+    shop_app.configure(default_queue_type="quorum")
+    try:
+        # inside atomic(): the outbox row, without a priority
+        with transaction.atomic():
+            add.enqueue(1, 2)
+        engine = sa.create_engine(url)
+        try:
+            with engine.connect() as conn:
+                priorities = conn.execute(sa.text("SELECT priority FROM taskq_outbox")).all()
+        finally:
+            engine.dispose()
+        assert [row[0] for row in priorities] == [0]
+        # outside: published at once to the quorum queue
+        add.enqueue(2, 3)
+        queue = f"{namespace}.default"
+        wait_until(lambda: broker.depth(queue) == 1, timeout_s=10)
+        # a priority the quorum queue cannot honour, and a call the function cannot take:
+        # refused at the call, nothing written
+        with pytest.raises(InvalidTask, match=f"priority 50 for taskq queue '{queue}'.*arrival"):
+            add.using(priority=50).enqueue(1, 2)
+        with pytest.raises(TypeError, match="cannot be called.*missing a required argument"):
+            add.enqueue(1)
+        assert count_rows(url, "taskq_outbox") == 1
+        assert count_rows(url, "taskq_django_tasks") == 2
+        assert broker.depth(queue) == 1
+    finally:
+        shop_app.configure(default_queue_type="classic")
+        delete_topology(shop_app)
 
 
 def test_enqueue_refuses_what_json_cannot_hold_and_leaves_nothing(

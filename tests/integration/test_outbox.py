@@ -191,7 +191,8 @@ BAD_ROWS = {
     # pika cannot encode the row's message (a float header, from an older taskq)
     "header_amqp_cannot_carry": "x-score",
     # RabbitMQ closes the channel (406 invalid message) on a CC header that is not an array
-    # (sender-selected distribution); the publisher cannot tell which message it was
+    # (sender-selected distribution); the publisher cannot tell which message it was. taskq
+    # refuses CC at enqueue (taskq.road), so only a row from an older taskq carries one.
     "header_the_broker_refuses": "CC",
 }
 
@@ -208,13 +209,13 @@ def test_one_row_refused_at_the_channel_level_does_not_stall_the_others(
         with Session(shop.engine) as session, session.begin():
             if bad == "queue_with_other_arguments":
                 bad_id = task.apply_async((0,), session=session, queue=other).id
-            elif bad == "header_the_broker_refuses":
-                bad_id = task.apply_async((0,), session=session, headers={"CC": "audit"}).id
             else:
                 bad_id = task.delay_on(session, 0).id
             good = {task.delay_on(session, i).id for i in range(1, 451)}
         if bad == "header_amqp_cannot_carry":
             spoil_headers(shop, bad_id, **{"x-score": 1.5})
+        elif bad == "header_the_broker_refuses":
+            spoil_headers(shop, bad_id, CC="audit")
         with shop.engine.connect() as conn:
             due_before = conn.execute(sa.select(outbox_table.c.next_attempt_at)
                                       .where(outbox_table.c.id == bad_id)).scalar_one()
@@ -231,9 +232,12 @@ def test_one_row_refused_at_the_channel_level_does_not_stall_the_others(
             stop.set()
             runner.join(timeout=30)
 
-        # Then: every good row was published and deleted; the bad one waits, marked.
+        # Then: every good row was published and deleted; the bad one waits, marked. A batch
+        # the broker refused as a whole may have been routed in part before the channel
+        # closed, so good rows of it can arrive more than once (the idempotency key absorbs
+        # them). On main this compared sorted lists and failed when a copy arrived twice.
         published = [props.message_id for _, props, _ in broker.get_all(task.queue)]
-        assert sorted(published) == sorted(good)
+        assert set(published) == good
         with shop.engine.connect() as conn:
             row = conn.execute(sa.select(outbox_table)).mappings().one()
         assert row["id"] == bad_id

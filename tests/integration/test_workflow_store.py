@@ -48,7 +48,11 @@ def app(make_app: Callable[..., App], database_url: str) -> App:
 
 
 def bound(app: App, task: Task[Any, Any]) -> Task[Any, Any]:
-    return Task(app, task.fn, name=task.name, options=task.options)
+    """``task`` on the test's App, registered there: the completions below play the
+    worker, which builds each later step from the task it has registered."""
+    copy: Task[Any, Any] = Task(app, task.fn, name=task.name, options=task.options)
+    app.registry.add(copy)
+    return copy
 
 
 def outbox(app: App) -> list[tuple[str, str, list[Any], dict[str, Any]]]:

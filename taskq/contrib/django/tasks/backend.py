@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 DATABASE_OPTION = "database"
 # Django's priorities, and the span each of taskq's ten levels (0..9) covers.
 _DJANGO_MIN_PRIORITY, _DJANGO_SPAN = -100, 201
+# Django's default task priority (django.tasks DEFAULT_TASK_PRIORITY).
+_DJANGO_DEFAULT_PRIORITY = 0
 
 
 def taskq_priority(priority: int) -> int:
@@ -61,6 +63,28 @@ def taskq_priority(priority: int) -> int:
     lower taskq priority, so a task above the default always runs before default ones.
     """
     return (int(priority) - _DJANGO_MIN_PRIORITY) * 10 // _DJANGO_SPAN
+
+
+def priority_for_queue(priority: int, *, takes_priorities: bool, task: str, queue: str) -> int:
+    """The taskq priority of a Django ``priority`` for a queue, asked of the queue itself.
+
+    A queue with priorities gets :func:`taskq_priority`. A quorum or ordered queue takes
+    none: Django's default priority (0) is sent without one, any other is refused, since
+    that queue would run it in arrival order all the same.
+
+    Raises:
+        InvalidTask: a priority other than the default for a queue without priorities.
+    """
+    if takes_priorities:
+        return taskq_priority(priority)
+    if priority == _DJANGO_DEFAULT_PRIORITY:
+        return 0
+    raise InvalidTask(
+        f"task {task}: priority {priority} for taskq queue {queue!r}, which runs tasks in "
+        "arrival order (a quorum or ordered queue takes no priorities); leave the priority "
+        "at its default, or send prioritised work to a classic queue (QUEUES and "
+        "app.queue(name, type='classic'))"
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -190,18 +214,24 @@ class TaskqBackend(BaseTaskBackend):
             args=args, kwargs=kwargs, enqueued_at=result.enqueued_at,
         )
         taskq_task = registered_task(self, task)
-        envelope = taskq_task.envelope(
-            args, kwargs, priority=taskq_priority(task.priority), task_id=result.id,
+        app = taskq_task.app
+        queue = self.taskq_queue(task.queue_name)
+        priority = priority_for_queue(
+            task.priority, takes_priorities=app.road.topology.takes_priorities(queue),
+            task=task.module_path, queue=queue,
+        )
+        outgoing = app.road.build(
+            taskq_task, args, kwargs, queue=queue, priority=priority, task_id=result.id,
             eta=task.run_after,
         )
-        return _Call(result, record, envelope, self.taskq_queue(task.queue_name), taskq_task.app)
+        return _Call(result, record, outgoing, app)
 
     def _enqueue_in_transaction(self, call: _Call, connection: Any) -> None:
         from taskq.contrib.django.outbox import DjangoOutbox
 
         # The outbox row first: a call too large to send raises before anything is written,
         # so a caller that catches it and commits leaves no record behind.
-        call.app.enqueue(DjangoOutbox(connection), call.envelope, call.queue)
+        call.app.enqueue(DjangoOutbox(connection), call.outgoing)
         call.record.save(using=self.database, force_insert=True)
         transaction.on_commit(partial(self._send_enqueued, call.result), using=self.database)
 
@@ -209,7 +239,7 @@ class TaskqBackend(BaseTaskBackend):
         # The record first, so that a worker quick to start the task finds it.
         call.record.save(using=self.database, force_insert=True)
         try:
-            call.app.send(call.envelope, call.queue)
+            call.app.send(call.outgoing)
         except BaseException:
             # The caller gets the error and no task id. Should an unconfirmed message still
             # arrive, the worker runs it without a record (nobody can ask for its result).
@@ -254,8 +284,7 @@ class _Call:
 
     result: Any
     record: Any
-    envelope: Any
-    queue: str
+    outgoing: Any
     app: Any
 
 

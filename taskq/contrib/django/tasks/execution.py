@@ -16,6 +16,7 @@ Record writes are best effort: when the database cannot be reached the task stil
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import socket
@@ -40,6 +41,15 @@ from taskq.request import current_request
 logger = logging.getLogger(__name__)
 
 
+def _call_signature(task: Any) -> inspect.Signature | None:
+    try:
+        signature = inspect.signature(task.func)
+    except (TypeError, ValueError):
+        return None
+    parameters = list(signature.parameters.values())
+    return signature.replace(parameters=parameters[1:] if task.takes_context else parameters)
+
+
 def worker_id() -> str:
     """This worker process's id in ``TaskResult.worker_ids``: ``host:pid``."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -60,6 +70,9 @@ class DjangoTaskRunner:
         self.__qualname__ = task.func.__qualname__
         self.__module__ = task.func.__module__
         self.__doc__ = task.func.__doc__
+        # What a call of the Django function takes (its context parameter is ours to pass):
+        # taskq's road checks every enqueued call against it (inspect reads __signature__).
+        self.__signature__ = _call_signature(task)
         #: The taskq task that runs this (set when it is registered).
         self.taskq_task: Any = None
 
