@@ -44,7 +44,6 @@ from taskq.message import (
     TASK,
     WireMessage,
 )
-from taskq.ordering.routing import route
 from taskq.republish import republish_headers
 
 if TYPE_CHECKING:
@@ -270,7 +269,7 @@ def _destination(app: App, queue: str | None, parked: Any) -> str:
         return queue
     headers = parked.message.headers or {}
     if isinstance(headers.get(ORDERING_KEY), str):
-        return route(app.topology, headers, queue, str(headers.get(TASK)))
+        return app.road.reroute(parked.message, queue)
     return str(parked.routing_key)
 
 

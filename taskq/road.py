@@ -33,7 +33,15 @@ from typing import Any, Protocol
 
 from taskq.broker.topology import Topology, validate_queue_name
 from taskq.errors import ConfigurationError, MessageTooLarge
-from taskq.message import MAX_PRIORITY, ORDERING_KEY, Envelope, WireMessage, encode, new_task_id
+from taskq.message import (
+    MAX_PRIORITY,
+    ORDERING_KEY,
+    TASK,
+    Envelope,
+    WireMessage,
+    encode,
+    new_task_id,
+)
 from taskq.ordering.routing import route
 
 
@@ -160,7 +168,7 @@ class Road:
                 ordered and the copy has no key).
         """
         self.check_queue(queue)
-        return route(self.topology, wire.headers, queue, str(wire.headers.get("taskq-task")))
+        return route(self.topology, wire.headers or {}, queue, str((wire.headers or {}).get(TASK)))
 
     def check_queue(self, queue: str) -> None:
         """Refuse a queue name RabbitMQ or taskq cannot use (checked once per name)."""
