@@ -1,0 +1,187 @@
+"""The dashboard's safety rules (docs/dashboard.md, "Safety"), through the real Flask app and
+the real server: which ``Host`` it answers (DNS rebinding), that a token guards reads of a
+bare :func:`~taskq.dashboard.web.create_app`, that login never redirects to another site,
+that refused tokens are logged without their value, and the documented cut lengths.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pika
+import pytest
+
+from taskq import App
+from taskq.broker import topology as topo
+from taskq.dashboard.server import DashboardServer
+from taskq.dashboard.web import create_app
+from taskq.message import Envelope, encode
+from taskq.republish import dead_letter_headers
+from tests.conftest import BROKER_URL
+from tests.support.rabbitmq_nodes import answers, free_port
+from tests.support.waiting import wait_until
+from tests.system.workers import ROOT, declare_topology
+
+TOKEN = "the-dashboard-token"
+
+
+@pytest.fixture
+def app(make_app: Any) -> App:
+    app = make_app()
+    app.create_tables()
+    return app
+
+
+@pytest.fixture
+def serve(app: App) -> Iterator[Any]:
+    """Factory: a real :class:`DashboardServer` on a free port of ``host``; returns it."""
+    servers: list[DashboardServer] = []
+
+    def start(host: str = "127.0.0.1", **options: Any) -> DashboardServer:
+        server = DashboardServer(app, host=host, port=0, **options)
+        servers.append(server)
+        server.start()
+        return server
+
+    yield start
+    for server in servers:
+        server.stop()
+
+
+def _get(port: int, path: str, host: str, address: str = "127.0.0.1") -> tuple[int, str]:
+    """GET ``path`` from ``address:port`` with ``Host: host``, as a rebound page's script
+    would send it (the browser names the page's host, whatever address it resolved to)."""
+    connection = http.client.HTTPConnection(address, port, timeout=10)
+    try:
+        connection.putrequest("GET", path, skip_host=True)
+        connection.putheader("Host", host)
+        connection.endheaders()
+        response = connection.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        connection.close()
+
+
+# -- 3.7: DNS rebinding --------------------------------------------------------------------
+
+
+def test_a_request_for_another_host_name_is_refused_on_loopback(
+    app: App, broker: Any, serve: Any
+) -> None:
+    # Given a dashboard on loopback (no token: reading needs nothing there) and a dead letter
+    _park(app, broker, error="boom", argument="secret argument")
+    server = serve()
+    port = server.port
+    dead_letters = f"/api/queues/{app.settings.default_queue}/dead-letters"
+
+    # When a page whose name was rebound to 127.0.0.1 reads it (Host: its own name)
+    for path in (dead_letters, "/api/outbox", "/", "/login", "/static/dashboard.css"):
+        status, body = _get(port, path, f"evil.example:{port}")
+        # Then every path is refused, saying which Host and how to allow it
+        assert status == 400, (path, body)
+        assert f"evil.example:{port}" in body
+        assert "--allow-host evil.example" in body
+        assert "TASKQ_DASHBOARD_ALLOWED_HOSTS" in body
+        assert "secret argument" not in body
+    # (and nothing was taken off the parking queue to answer it)
+    assert broker.depth(topo.dlq_name(app.settings.default_queue)) == 1
+
+    # While the names it was bound as are answered
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+        status, body = _get(port, dead_letters, host)
+        assert status == 200, (host, body)
+        assert '"d1"' in body
+    status, body = _get(port, f"{dead_letters}/m/d1", f"127.0.0.1:{port}")
+    assert status == 200 and "secret argument" in body
+
+
+def test_names_given_with_allow_host_or_the_setting_are_answered(make_app: Any) -> None:
+    # Given a dashboard told about two names: one option, one setting
+    app = make_app(dashboard_allowed_hosts="dash.example, Ops.Example")
+    server = DashboardServer(app, port=0, allowed_hosts=("cli.example",))
+    server.start()
+    try:
+        port = server.port
+        # Then those names are answered (any case), and others still refused
+        for host in ("cli.example", "dash.example", "ops.example", "OPS.EXAMPLE"):
+            assert _get(port, "/login", f"{host}:{port}")[0] == 200, host
+        assert _get(port, "/login", f"evil.example:{port}")[0] == 400
+        assert _get(port, "/login", f"dash.example.evil.example:{port}")[0] == 400
+    finally:
+        server.stop()
+
+
+def test_taskq_dashboard_answers_allow_host_names_and_the_setting(
+    app: App, tmp_path: Path
+) -> None:
+    # Given `taskq dashboard --allow-host cli.example` with TASKQ_DASHBOARD_ALLOWED_HOSTS set
+    port = free_port()
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")},
+           "PYTHONPATH": str(ROOT), "TASKQ_BROKER_URL": BROKER_URL,
+           "TASKQ_NAMESPACE": app.settings.namespace,
+           "TASKQ_DEFAULT_QUEUE": app.settings.default_queue,
+           "TASKQ_DATABASE_URL": app.settings.database_url,
+           "TASKQ_DASHBOARD_ALLOWED_HOSTS": "env.example"}
+    log_path = tmp_path / "dashboard.log"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "taskq", "dashboard", "-A", "tests.tasks_dashboard:app",
+             "--port", str(port), "--allow-host", "cli.example"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: answers(port) or process.poll() is not None, timeout_s=20,
+                   message=log_path.read_text)
+        assert process.poll() is None, log_path.read_text()
+        # Then both names are answered, and any other is refused with the way to allow it
+        assert _get(port, "/api/outbox", f"cli.example:{port}")[0] == 200
+        assert _get(port, "/api/outbox", f"env.example:{port}")[0] == 200
+        status, body = _get(port, "/api/outbox", f"other.example:{port}")
+        assert status == 400 and "--allow-host other.example" in body
+    finally:
+        process.terminate()
+        process.wait(10)
+    assert "refused" in log_path.read_text()  # the refusal is logged
+
+
+def test_create_app_answers_only_loopback_names_unless_told(app: App) -> None:
+    client = create_app(app).test_client()
+    assert client.get("/api/outbox").status_code == 200  # the test client's Host: localhost
+    refused = client.get("/api/outbox", headers={"Host": "evil.example"})
+    assert refused.status_code == 400
+    assert "'evil.example'" in refused.get_json()["error"]
+    told = create_app(app, allowed_hosts=("evil.example",)).test_client()
+    assert told.get("/api/outbox", headers={"Host": "evil.example"}).status_code == 200
+
+
+def test_create_app_with_a_token_serves_no_read_without_it(app: App) -> None:
+    # A WSGI server elsewhere may listen on any address: the token guards every page
+    client = create_app(app, token=TOKEN).test_client()
+    assert client.get("/api/outbox").status_code == 403
+    assert client.get("/").status_code == 403
+    assert client.get("/outbox").status_code == 403
+    assert client.get("/login").status_code == 200
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    assert client.get("/api/outbox", headers=bearer).status_code == 200
+
+
+def _park(app: App, broker: Any, *, error: str, argument: str) -> None:
+    """One dead letter ``d1`` in the app's ``Q.dlq``, as a worker leaves it."""
+    declare_topology(app)
+    queue = app.settings.default_queue
+    wire = encode(Envelope(task_id="d1", task="t.x", args=[argument]))
+    headers = dead_letter_headers(wire.headers, error_type="ValueError", error=error,
+                                  traceback=None, attempts=1, origin_queue=queue,
+                                  traceback_max_chars=100)
+    with pika.BlockingConnection(pika.URLParameters(BROKER_URL)) as connection:
+        connection.channel().basic_publish(app.topology.dlx, queue, wire.body,
+                                           pika.BasicProperties(
+                                               message_id="d1", headers=headers,
+                                               delivery_mode=2,
+                                               content_type=wire.content_type))
+    wait_until(lambda: broker.depth(topo.dlq_name(queue)) == 1)
