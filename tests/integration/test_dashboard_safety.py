@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import http.client
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pika
 import pytest
@@ -168,6 +170,63 @@ def test_create_app_with_a_token_serves_no_read_without_it(app: App) -> None:
     assert client.get("/login").status_code == 200
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     assert client.get("/api/outbox", headers=bearer).status_code == 200
+
+
+# -- 3.8: no open redirect at login ---------------------------------------------------------
+
+HOSTILE_NEXT = [
+    ("tab", "/\t/evil.example/x"),
+    ("tab-first", "\t//evil.example/x"),
+    ("encoded-tab", "/%09/evil.example/x"),
+    ("newline", "/\n/evil.example/x"),
+    ("cr-lf", "/\r\n/evil.example/x"),
+    ("encoded-cr-lf", "/%0d%0a/evil.example/x"),
+    ("nul", "/\x00/evil.example/x"),
+    ("scheme-relative", "//evil.example/x"),
+    ("three-slashes", "///evil.example/x"),
+    ("slash-backslash", "/\\evil.example/x"),
+    ("backslashes", "\\\\evil.example/x"),
+    ("backslash-slash", "\\/evil.example/x"),
+    ("encoded-slash", "/%2Fevil.example/x"),
+    ("encoded-slash-upper", "/%2f%2Fevil.example/x"),
+    ("encoded-backslash", "/%5Cevil.example/x"),
+    ("space-first", " //evil.example/x"),
+    ("http", "http://evil.example/x"),
+    ("https-no-slashes", "https:evil.example/x"),
+    ("javascript", "javascript:alert(1)"),
+    ("data", "data:text/html,<script>alert(1)</script>"),
+    ("bare-host", "evil.example/x"),
+    ("unicode-line-separator", "/\u2028/evil.example/x"),
+    ("zero-width-space", "/\u200b/evil.example/x"),
+    ("empty", ""),
+]
+
+SAFE_NEXT = ["/queues/q/dead-letters/?task=t.x", "/tasks/abc-1", "/", "/queues/a%20b"]
+
+
+def _login(client: Any, next_path: str, token: str = TOKEN) -> Any:
+    page = client.get("/login?next=" + quote(next_path, safe=""))
+    csrf = re.search(r'name="csrf_token" value="([^"]+)"', page.get_data(as_text=True))
+    assert csrf is not None
+    return client.post("/login", data={"token": token, "csrf_token": csrf[1],
+                                       "next": next_path})
+
+
+@pytest.mark.parametrize("next_path", [n for _, n in HOSTILE_NEXT],
+                         ids=[i for i, _ in HOSTILE_NEXT])
+def test_login_never_redirects_to_another_site(app: App, next_path: str) -> None:
+    client = create_app(app, token=TOKEN).test_client()
+    response = _login(client, next_path)
+    assert response.status_code == 302
+    assert response.headers["Location"] == "/"
+
+
+@pytest.mark.parametrize("next_path", SAFE_NEXT)
+def test_login_returns_to_the_page_it_came_from(app: App, next_path: str) -> None:
+    client = create_app(app, token=TOKEN).test_client()
+    response = _login(client, next_path)
+    assert response.status_code == 302
+    assert response.headers["Location"] == next_path
 
 
 def _park(app: App, broker: Any, *, error: str, argument: str) -> None:
