@@ -12,6 +12,8 @@
   site is refused as well. The JSON API takes the token as ``Authorization: Bearer TOKEN``
   and never looks at cookies for a change, so a cross-site page cannot act with it.
 * Without a token, or with ``--read-only``, actions are hidden and refused.
+* Every refused token (at login, on a read, on an action) is logged at WARNING with the
+  client's address and the request, never with the token given.
 """
 
 from __future__ import annotations
@@ -111,8 +113,11 @@ class Guard:
         """Abort with 403 when pages need the token and this request has none."""
         if not self.reads_need_login or self.logged_in():
             return
-        if self.token_matches(_bearer()):
+        given = _bearer()
+        if self.token_matches(given):
             return
+        if given is not None:
+            _log_refusal("read with a wrong bearer token")
         abort(403, "every page of this dashboard needs its token: log in on /login, or send "
                    "'Authorization: Bearer TOKEN'")
 

@@ -7,6 +7,7 @@ that refused tokens are logged without their value, and the documented cut lengt
 from __future__ import annotations
 
 import http.client
+import logging
 import os
 import re
 import subprocess
@@ -21,6 +22,7 @@ import pytest
 
 from taskq import App
 from taskq.broker import topology as topo
+from taskq.dashboard import data
 from taskq.dashboard.server import DashboardServer
 from taskq.dashboard.web import create_app
 from taskq.message import Envelope, encode
@@ -229,6 +231,65 @@ def test_login_returns_to_the_page_it_came_from(app: App, next_path: str) -> Non
     assert response.headers["Location"] == next_path
 
 
+# -- docs/dashboard.md "Safety" agrees with the code ----------------------------------------
+
+
+def test_every_refused_token_is_logged_without_its_value(
+    app: App, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a dashboard whose pages need the token (as off loopback)
+    client = create_app(app, token=TOKEN, reads_need_login=True).test_client()
+    wrong = "not-the-token-6f1e2d"
+    bearer = {"Authorization": f"Bearer {wrong}"}
+    caplog.set_level(logging.WARNING, logger="taskq.dashboard")
+
+    # When a wrong token is given to a read, to an action and at login
+    read = client.get("/api/outbox", headers=bearer)
+    action = client.post(f"/api/queues/{app.settings.default_queue}/dead-letters/purge",
+                         json={"confirm": "x"}, headers=bearer)
+    login = _login(client, "/", token=wrong)
+
+    # Then each is refused, and each refusal is logged with the client's address and what
+    # was refused, never with the token given
+    assert (read.status_code, action.status_code, login.status_code) == (403, 403, 403)
+    refusals = [r for r in caplog.records if r.name == "taskq.dashboard.security"
+                and r.levelno == logging.WARNING]
+    assert len(refusals) == 3, [r.getMessage() for r in refusals]
+    messages = [r.getMessage() for r in refusals]
+    assert all("127.0.0.1" in m and "refused" in m for m in messages)
+    assert ["GET /api/outbox" in messages[0], "POST /api/" in messages[1],
+            "POST /login" in messages[2]] == [True, True, True]
+    assert wrong not in caplog.text and TOKEN not in caplog.text
+
+
+def test_values_are_cut_where_the_docs_say(app: App, broker: Any) -> None:
+    # Given a dead letter with a long error and argument, and an outbox row with a long error
+    long_error, long_argument = "e" * 1000, "a" * 1000
+    _park(app, broker, error=long_error, argument=long_argument)
+    client = create_app(app).test_client()
+    queue = app.settings.default_queue
+
+    # Then the dead-letter list cuts the error; the message page shows it whole and cuts
+    # the argument; an outbox row's error is shown as the relay stored it (cut to its
+    # first OUTBOX_ERROR_MAX_CHARS characters)
+    listing = client.get(f"/api/queues/{queue}/dead-letters").get_json()
+    value = data.VALUE_MAX_CHARS
+    assert listing["messages"][0]["error"] == f"{'e' * value}... ({1000 - value} more characters)"
+    message = client.get(f"/api/queues/{queue}/dead-letters/m/d1").get_json()
+    assert message["error"] == long_error
+    assert message["args"] == [f"{'a' * value}... ({1000 - value} more characters)"]
+    _outbox_row_failing_with(app, "o" * 3000)
+    (row,) = client.get("/api/outbox").get_json()["failing"]
+    cut = data.OUTBOX_ERROR_MAX_CHARS
+    assert row["last_error"] == "o" * cut
+
+    # And docs/dashboard.md states those lengths
+    safety = (ROOT / "docs" / "dashboard.md").read_text().split("## Safety")[1]
+    safety = " ".join(safety.split("## ")[0].split())
+    assert f"cut at {value} characters" in safety
+    assert f"first {cut} characters" in safety
+
+
 def _park(app: App, broker: Any, *, error: str, argument: str) -> None:
     """One dead letter ``d1`` in the app's ``Q.dlq``, as a worker leaves it."""
     declare_topology(app)
@@ -244,3 +305,19 @@ def _park(app: App, broker: Any, *, error: str, argument: str) -> None:
                                                delivery_mode=2,
                                                content_type=wire.content_type))
     wait_until(lambda: broker.depth(topo.dlq_name(queue)) == 1)
+
+
+def _outbox_row_failing_with(app: App, error: str) -> None:
+    from datetime import timedelta
+
+    from taskq.db import utcnow
+    from taskq.outbox.store import OutboxRow, OutboxStore
+
+    store = OutboxStore()
+    row = OutboxRow(id="o1", queue=app.settings.default_queue, task="shop.mail",
+                    body=b"\x92\x90\x80", headers={}, priority=0, eta=None,
+                    idempotency_key=None, created_at=store.created_at())
+    with app.engine.begin() as conn:
+        store.add(conn, row)
+        store.defer(conn, row, next_attempt_at=utcnow() + timedelta(minutes=5), error=error)
+
