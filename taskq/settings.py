@@ -117,6 +117,8 @@ class Settings:
     # How often a scheduler refreshes its taskq_schedulers row; on SQLite another one may
     # take over after three heartbeats without one.
     beat_heartbeat_s: float = 5.0
+    # Comma-separated names the dashboard answers besides its address and localhost (rebinding).
+    dashboard_allowed_hosts: str = ""
     # Tests only: run each enqueued task in-process, synchronously, after the same encoding
     # and decoding as in production (outbox enqueues run when their transaction commits).
     # See taskq.testing.

@@ -45,10 +45,14 @@ def dashboard_server(app: Any, **options: Any) -> Any:
 @click.option("--port", type=click.IntRange(0, 65535), default=8080, show_default=True,
               help="TCP port (0 picks a free one).")
 @click.option("--read-only", is_flag=True, help="Hide and refuse replay and purge.")
+@click.option("--allow-host", "allowed_hosts", multiple=True, metavar="NAME",
+              help="A name the dashboard is reached by (repeatable; setting "
+                   "dashboard_allowed_hosts adds more). Requests for any other Host than "
+                   "these, --host and localhost are refused (DNS rebinding).")
 @TOKEN_OPTION
 @LOGLEVEL_OPTION
-def dashboard(app_path: str, host: str, port: int, read_only: bool, token: str | None,
-              loglevel: str) -> None:
+def dashboard(app_path: str, host: str, port: int, read_only: bool,
+              allowed_hosts: tuple[str, ...], token: str | None, loglevel: str) -> None:
     """Serve the dashboard: queues, dead letters (replay, purge), outbox, tasks, schedules.
 
     Stops on SIGTERM or Ctrl-C.
@@ -64,7 +68,7 @@ def dashboard(app_path: str, host: str, port: int, read_only: bool, token: str |
 
     with reported():
         server = dashboard_server(app, host=host, port=port, token=token,
-                                  read_only=read_only)
+                                  read_only=read_only, allowed_hosts=allowed_hosts)
         server.start()
     click.echo(f"taskq dashboard of app {app.name} on {server.url}", err=True)
     signal.signal(signal.SIGTERM, on_signal)

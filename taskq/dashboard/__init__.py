@@ -8,7 +8,8 @@ when the command runs.
 
 * :mod:`taskq.dashboard.data`: the figures, as JSON-ready dictionaries (no Flask).
 * :mod:`taskq.dashboard.rates`: rates from successive observations, labelled honestly.
-* :mod:`taskq.dashboard.security`: the token, the session and CSRF protection.
+* :mod:`taskq.dashboard.security`: the token, the session and CSRF protection;
+  :mod:`taskq.dashboard.hosts`: which ``Host`` it answers (DNS rebinding).
 * :mod:`taskq.dashboard.web`: the Flask app factory; :mod:`~taskq.dashboard.pages` and
   :mod:`~taskq.dashboard.api` hold the views.
 * :mod:`taskq.dashboard.server`: the WSGI server, standalone or on a supervisor thread.

@@ -3,8 +3,9 @@
 Everything is read through the parts ``taskq status``, ``taskq dlq`` and ``taskq inspect``
 use: :func:`taskq.status.collect`, :mod:`taskq.dlq` and :class:`~taskq.broker.parked.
 ParkedQueue`, the result store, and the ``taskq_outbox`` table (read only). URLs are
-redacted; argument and header values are shortened with :func:`shorten` (the templates
-escape them).
+redacted; argument, header and result values, and the error of each dead letter listed,
+are shortened with :func:`shorten` (the templates escape them); a single dead letter's
+error and traceback are shown whole (docs/dashboard.md, "Safety", states these lengths).
 """
 
 from __future__ import annotations
@@ -28,8 +29,11 @@ if TYPE_CHECKING:
     from taskq.app import App
     from taskq.worker.sidecars import SupervisedProcesses
 
-# Longest repr of one argument or header value shown (the rest is cut, with a marker).
+# Longest repr of one argument, header or result value, or of a listed dead letter's
+# error, shown (the rest is cut, with a marker).
 VALUE_MAX_CHARS = 300
+# Longest last_error of an outbox row shown: what the relay stores of it (outbox/store.py).
+OUTBOX_ERROR_MAX_CHARS = 2000
 # Most dead letters one page lists, and most messages looked at to find one by id.
 LIST_LIMIT = 200
 FIND_LIMIT = 10_000
@@ -198,7 +202,8 @@ def _outbox_row(row: Any) -> dict[str, Any]:
         "created_at": _iso(created),
         "age_s": (utcnow() - created).total_seconds() if created else None,
         "attempts": row["attempts"], "next_attempt_at": _iso(as_aware(row["next_attempt_at"])),
-        "last_error": shorten(row["last_error"], 2000) if row["last_error"] else None,
+        "last_error": (shorten(row["last_error"], OUTBOX_ERROR_MAX_CHARS)
+                       if row["last_error"] else None),
     }
 
 

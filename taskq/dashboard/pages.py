@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
 
@@ -151,16 +152,27 @@ def outbox_page() -> ResponseReturnValue:
 
 
 def local_path(target: str) -> str | None:
-    """``target`` when it is a path of this site, else ``None`` (never an open redirect:
-    browsers read ``//host`` and ``/\\host`` as another site)."""
-    if not target.startswith("/") or target[1:2] in ("/", "\\") or set(target) & {"\r", "\n"}:
+    r"""``target`` when it is a path of this site, else ``None`` (never an open redirect).
+
+    Browsers read ``//host`` and ``/\host`` as another site, drop tabs and newlines
+    anywhere in a URL (so ``/\t/host`` becomes ``//host``), and Werkzeug drops them from
+    the ``Location`` it sends too. So a target must start with one ``/``, hold no backslash
+    and no control, format or separator character but the space, and stay so once
+    percent-decoded (``/%2Fhost``, ``/%09/host``), for whatever decodes it on the way.
+    """
+    if not all(_plain_path(form) for form in (target, unquote(target))):
         return None
     return target
 
 
+def _plain_path(path: str) -> bool:
+    return (path.startswith("/") and not path.startswith("//") and "\\" not in path
+            and path.isprintable())  # False for tabs, CR, LF, NUL, U+2028, U+200B...
+
+
 @blueprint.get("/login")
 def login_form() -> ResponseReturnValue:
-    return render_template("login.html", next=request.args.get("next", ""))
+    return render_template("login.html", next=local_path(request.args.get("next", "")) or "")
 
 
 @blueprint.post("/login")

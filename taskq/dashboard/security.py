@@ -1,7 +1,10 @@
-"""Who may change anything, and CSRF protection (docs/dashboard.md, "Safety").
+"""Who may read and change anything, and CSRF protection (docs/dashboard.md, "Safety").
 
-* Reading needs nothing on a loopback address; on any other address every page needs the
-  token too (the dashboard refuses to start there without one).
+* Every request must name a host the dashboard answers (:mod:`taskq.dashboard.hosts`: its
+  own address, ``localhost``, allowed names), or it is refused with 400 (DNS rebinding).
+* Reading needs nothing when :class:`~taskq.dashboard.server.DashboardServer` serves it on
+  a loopback address; on any other address, and from a bare
+  :func:`~taskq.dashboard.web.create_app` given a token, every page needs the token too.
 * Replay and purge need the token. In the browser it is given once on ``/login`` and kept
   in the session, a signed cookie (``HttpOnly``, ``SameSite=Strict``) whose key is drawn at
   random when the dashboard starts, so a restart logs everyone out. Each form carries the
@@ -9,18 +12,21 @@
   site is refused as well. The JSON API takes the token as ``Authorization: Bearer TOKEN``
   and never looks at cookies for a change, so a cross-site page cannot act with it.
 * Without a token, or with ``--read-only``, actions are hidden and refused.
+* Every refused token (at login, on a read, on an action) is logged at WARNING with the
+  client's address and the request, never with the token given.
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import logging
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from flask import abort, request, session
+
+from taskq.dashboard.hosts import AllowedHosts
 
 logger = logging.getLogger(__name__)
 ENV_TOKEN = "TASKQ_DASHBOARD_TOKEN"
@@ -38,23 +44,15 @@ SECURITY_HEADERS = {
 }
 
 
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback address (``localhost`` counts)."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 @dataclass(frozen=True)
 class Guard:
-    """The dashboard's rules: its token, read-only mode, whether reading needs the token."""
+    """The dashboard's rules: its token, read-only mode, whether reading needs the token,
+    and the ``Host`` names it answers."""
 
     token: str | None
     read_only: bool = False
     reads_need_login: bool = False
+    hosts: AllowedHosts = field(default_factory=AllowedHosts)
 
     @property
     def actions_enabled(self) -> bool:
@@ -102,13 +100,26 @@ class Guard:
             abort(403, "replay and purge need the dashboard token: send it as "
                        "'Authorization: Bearer TOKEN'")
 
+    def check_host(self) -> None:
+        """Abort with 400 unless the request names a host this dashboard answers."""
+        if not self.hosts.allows(request.host):
+            # Werkzeug gives "" for a Host it cannot parse: name what the client sent
+            why = self.hosts.refusal(request.headers.get("Host") or request.host)
+            logger.warning("dashboard: %s from %s (%s %s)", why, request.remote_addr,
+                           request.method, request.path)
+            abort(400, why)
+
     def check_read(self) -> None:
         """Abort with 403 when pages need the token and this request has none."""
         if not self.reads_need_login or self.logged_in():
             return
-        if self.token_matches(_bearer()):
+        given = _bearer()
+        if self.token_matches(given):
             return
-        abort(403, "this dashboard listens on a non-loopback address: log in with its token")
+        if given is not None:
+            _log_refusal("read with a wrong bearer token")
+        abort(403, "every page of this dashboard needs its token: log in on /login, or send "
+                   "'Authorization: Bearer TOKEN'")
 
     def check_enabled(self) -> None:
         reason = self.actions_disabled_reason

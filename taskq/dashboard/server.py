@@ -11,11 +11,13 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from werkzeug.serving import BaseWSGIServer, WSGIRequestHandler, make_server
 
-from taskq.dashboard.security import ENV_TOKEN, is_loopback
+from taskq.dashboard.hosts import is_loopback
+from taskq.dashboard.security import ENV_TOKEN
 from taskq.dashboard.web import create_app
 from taskq.errors import ConfigurationError
 
@@ -61,16 +63,21 @@ class DashboardServer:
         port: TCP port (0 picks a free one; see :attr:`port` once started).
         token: Needed for replay and purge (and for every page off loopback).
         read_only: Hide and refuse replay and purge.
+        allowed_hosts: Names the dashboard is reached by besides ``host`` and
+            ``localhost`` (``--allow-host``; the ``dashboard_allowed_hosts`` setting adds
+            its own); requests for any other ``Host`` are refused (DNS rebinding).
 
     Raises:
         ConfigurationError: a non-loopback ``host`` without ``token``.
     """
 
     def __init__(self, app: App, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-                 token: str | None = None, read_only: bool = False) -> None:
+                 token: str | None = None, read_only: bool = False,
+                 allowed_hosts: Iterable[str] = ()) -> None:
         check_binding(host, token)
         self.app, self.host, self.port = app, host, port
         self._token, self._read_only = token, read_only
+        self._allowed_hosts = tuple(allowed_hosts)
         self._server: BaseWSGIServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -85,7 +92,8 @@ class DashboardServer:
             ConfigurationError: the address cannot be bound (port in use, no such address).
         """
         web = create_app(self.app, token=self._token, read_only=self._read_only,
-                         reads_need_login=not is_loopback(self.host), processes=processes)
+                         reads_need_login=not is_loopback(self.host), processes=processes,
+                         host=self.host, allowed_hosts=self._allowed_hosts)
         try:
             self._server = make_server(self.host, self.port, web, threaded=True,
                                        request_handler=_QuietHandler)

@@ -228,10 +228,11 @@ def test_unroutable_messages_are_listed_and_replayed_once_their_queue_exists(
     client = create_app(app, token="tok").test_client()
     auth = {"Authorization": "Bearer tok"}
 
-    # Then it is listed with the queue a replay sends it to
-    listing = client.get("/api/unroutable").get_json()
+    # Then it is listed with the queue a replay sends it to (create_app with a token: reads
+    # need it too)
+    listing = client.get("/api/unroutable", headers=auth).get_json()
     assert [(m["task_id"], m["destination"]) for m in listing["messages"]] == [("u1", queue)]
-    assert client.get("/api/unroutable/m/u1").get_json()["args"] == ["<i>x</i>"]
+    assert client.get("/api/unroutable/m/u1", headers=auth).get_json()["args"] == ["<i>x</i>"]
 
     # While its queue does not exist, a replay leaves it parked and says why
     first = client.post("/api/unroutable/replay", json={"all": True}, headers=auth).get_json()

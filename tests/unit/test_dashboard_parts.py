@@ -9,8 +9,8 @@ from flask import render_template
 
 from taskq import App
 from taskq.dashboard.data import shorten
+from taskq.dashboard.hosts import is_loopback
 from taskq.dashboard.rates import PUBLISH_NOTE, RateTracker
-from taskq.dashboard.security import is_loopback
 from taskq.dashboard.server import check_binding
 from taskq.dashboard.web import create_app
 from taskq.errors import ConfigurationError
