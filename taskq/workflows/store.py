@@ -11,11 +11,22 @@ member changes nothing; the decrement is one ``UPDATE ... RETURNING`` of the wor
 which PostgreSQL serialises on the row lock (the second transaction sees the first's
 value). The statement that brings ``remaining`` to 0 is the only one that advances the
 workflow, and it enqueues the next step through the outbox in the same transaction.
+
+What a worker enqueues (a later step, the ``link_error`` call) is checked against the
+worker's own app, and can be refused there (a result too large for the next message, a
+queue this app declares differently). Such a refusal is a failure met while handling a
+success or a failure: it must neither undo that transaction nor escape to the worker. Each
+enqueue runs in a savepoint; if it is refused, the savepoint is rolled back and the refusal
+is recorded instead: a step that cannot start fails the workflow (naming the member whose
+message was refused), an errback that cannot be enqueued is noted in the workflow's error
+and logged. Only a database outage goes on up, unchanged: the whole transaction is lost
+then, and the worker retries it (an infrastructure fault, DESIGN §8).
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -28,11 +39,13 @@ from sqlalchemy.orm import Session
 from taskq.codec import decode_body, encode_body
 from taskq.db import as_aware, utcnow
 from taskq.errors import IdempotencyError, OutboxError
-from taskq.idempotency import IdempotencyStore
+from taskq.idempotency import IdempotencyStore, is_database_outage
 from taskq.schema import workflow_members_table as members_t
 from taskq.schema import workflows_table as workflows_t
 
 Target = Session | Connection
+
+logger = logging.getLogger(__name__)
 
 
 class WorkflowState(str, enum.Enum):
@@ -260,13 +273,63 @@ class WorkflowStore:
             sa.select(t).where(t.c.workflow_id == workflow_id, t.c.step == step + 1)
             .order_by(t.c.position)
         )]
-        target.execute(sa.update(w).where(w.c.id == workflow_id).values(
-            step=step + 1, remaining=len(calls)))
-        target.execute(sa.update(t).where(
-            t.c.workflow_id == workflow_id, t.c.step == step + 1,
-            t.c.state == MemberState.PENDING.value,
-        ).values(state=MemberState.ENQUEUED.value))
-        self._enqueue_step(target, workflow_id, calls, value, True)
+        refused = self._start_step(target, workflow_id, step + 1, calls, value)
+        if refused is not None:
+            self._step_refused(target, workflow_id, *refused)
+
+    def _start_step(
+        self, target: Target, workflow_id: str, step: int, calls: Sequence[MemberCall],
+        previous: Any,
+    ) -> tuple[MemberCall, Exception] | None:
+        """Move the workflow to ``step`` and enqueue its members, all or nothing.
+
+        Returns:
+            ``None`` once enqueued; else the member whose message was refused and why
+            (nothing of the step is left written: its savepoint was rolled back).
+
+        Raises:
+            Exception: a database outage, unchanged (the transaction is lost anyway).
+        """
+        w, t = workflows_t, members_t
+        current = calls[0]
+        try:
+            with target.begin_nested():
+                target.execute(sa.update(w).where(w.c.id == workflow_id).values(
+                    step=step, remaining=len(calls)))
+                target.execute(sa.update(t).where(
+                    t.c.workflow_id == workflow_id, t.c.step == step,
+                    t.c.state == MemberState.PENDING.value,
+                ).values(state=MemberState.ENQUEUED.value))
+                for current in calls:  # one by one: a refusal names its member
+                    self._enqueue_step(target, workflow_id, [current], previous, True)
+        except Exception as exc:
+            if is_database_outage(exc):
+                raise
+            return current, exc
+        return None
+
+    def _step_refused(
+        self, target: Target, workflow_id: str, call: MemberCall, exc: Exception
+    ) -> None:
+        """A member of the next step could not be enqueued: it fails the workflow.
+
+        The member that finished stays ``SUCCESS`` (it did its work); the refused one is
+        ``FAILURE`` with the refusal, and ``link_error`` is called for it as for any failure.
+        """
+        reason = f"{type(exc).__name__}: {_first_line(exc)}"
+        logger.error(
+            "workflow %s: the message of member %s[%s] for queue %r could not be enqueued "
+            "when its step began (%s); the workflow is FAILURE and its later steps never "
+            "start: fix the cause (the error says how) and start the workflow again",
+            workflow_id, call.task, call.task_id, call.queue, reason,
+            extra={"task_id": call.task_id, "task": call.task, "queue": call.queue},
+        )
+        self.member_failed(
+            target, call.task_id,
+            f"{type(exc).__name__}: its message for queue {call.queue!r} could not be "
+            f"enqueued when its step began: {exc}",
+            None,
+        )
 
     def _step_result(self, target: Target, workflow_id: str, step: int) -> Any:
         """A single task's value, or the list of a group's values in member order."""
@@ -310,9 +373,48 @@ class WorkflowStore:
         if failed is None:
             return False
         if failed.link_error is not None:
-            errback = _unpack_call(failed.link_error)
-            self._enqueue_errback(target, member.workflow_id, errback, task_id, error)
+            self._send_errback(target, member.workflow_id, failed.link_error, task_id, error)
         return True
+
+    def _send_errback(
+        self, target: Target, workflow_id: str, packed: bytes, failed_task_id: str,
+        error: str,
+    ) -> None:
+        """Enqueue link_error in a savepoint; if refused, note it on the failed workflow.
+
+        Raises:
+            Exception: a database outage, unchanged (the transaction is lost anyway).
+        """
+        errback: MemberCall | None = None
+        try:
+            with target.begin_nested():
+                errback = _unpack_call(packed)
+                self._enqueue_errback(target, workflow_id, errback, failed_task_id, error)
+        except Exception as exc:
+            if is_database_outage(exc):
+                raise
+            self._errback_refused(target, workflow_id, errback, failed_task_id, error, exc)
+
+    def _errback_refused(
+        self, target: Target, workflow_id: str, errback: MemberCall | None,
+        failed_task_id: str, error: str, exc: Exception,
+    ) -> None:
+        """Record and log that link_error will not run; the workflow stays FAILURE."""
+        task = errback.task if errback is not None else "(unreadable call)"
+        queue = errback.queue if errback is not None else "(unknown)"
+        reason = f"{type(exc).__name__}: {_first_line(exc)}"
+        logger.error(
+            "workflow %s failed (member %s: %s) but its link_error %s for queue %r could not "
+            "be enqueued (%s): it will not run. The workflow is FAILURE. Fix the cause (the "
+            "error says how), then call %s yourself with (workflow id, failed task id, error, "
+            "*its args)", workflow_id, failed_task_id, error, task, queue, reason, task,
+            extra={"task_id": failed_task_id, "task": task, "queue": queue},
+        )
+        w = workflows_t
+        target.execute(sa.update(w).where(w.c.id == workflow_id).values(
+            error=f"{error}; its link_error {task} for queue {queue!r} was not enqueued "
+                  f"({reason}) and will not run",
+        ))
 
 
 def _pack_call(call: MemberCall) -> bytes:
@@ -325,6 +427,12 @@ def _pack_call(call: MemberCall) -> bytes:
 def _unpack_call(data: bytes) -> MemberCall:
     (task_id, task, queue, priority, args, kwargs, immutable, countdown_s), _ = decode_body(data)
     return MemberCall(task_id, task, queue, priority, args, kwargs, immutable, countdown_s)
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (of its driver error for SQLAlchemy's)."""
+    lines = str(getattr(exc, "orig", None) or exc).splitlines()
+    return lines[0] if lines else ""
 
 
 def in_completion_transaction(
@@ -349,7 +457,7 @@ def in_completion_transaction(
     except sa.exc.SQLAlchemyError as exc:
         raise IdempotencyError(
             f"cannot record the completion of workflow member {task} (key {key!r}): "
-            f"{type(exc).__name__}: {str(getattr(exc, 'orig', None) or exc).splitlines()[0]}; "
+            f"{type(exc).__name__}: {_first_line(exc)}; "
             "is the database up and were the tables created (taskq db create)?",
             key=key,
         ) from exc
@@ -369,7 +477,7 @@ def in_failure_transaction(
     except sa.exc.SQLAlchemyError as exc:
         raise IdempotencyError(
             f"cannot record the failure of workflow member {task_id}: {type(exc).__name__}: "
-            f"{str(getattr(exc, 'orig', None) or exc).splitlines()[0]}",
+            f"{_first_line(exc)}",
             key=task_id,
         ) from exc
 
