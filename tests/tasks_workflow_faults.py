@@ -10,8 +10,6 @@ file given as an argument.
 from __future__ import annotations
 
 import os
-import time
-from pathlib import Path
 from typing import Any
 
 from taskq import App
@@ -50,15 +48,3 @@ def big(path: str, size: int) -> str:
     append_line(path, "ran", "big")
     return "x" * size
 
-
-@app.task
-def gated(value: int, path: str, tag: str, gate: str) -> int:
-    """Record ``ran <tag>``, wait until the file ``gate`` exists, pass ``value + 1`` on.
-
-    The test acts (cuts the database) while the task is in hand, then opens the gate.
-    """
-    append_line(path, "ran", tag)
-    deadline = time.monotonic() + 60
-    while not Path(gate).exists() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return value + 1

@@ -435,6 +435,15 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else ""
 
 
+def _as_outage(exc: Exception) -> bool:
+    """Whether ``exc`` escaping a workflow transaction means "database unreachable".
+
+    SQLAlchemy's own errors, and anything caused by a database outage: the outbox wraps the
+    driver's error in ``OutboxError`` (its cause), and that is no task failure either.
+    """
+    return isinstance(exc, sa.exc.SQLAlchemyError) or is_database_outage(exc)
+
+
 def in_completion_transaction(
     engine: Engine, key: str, task: str, count: Callable[[Target], object]
 ) -> bool:
@@ -445,8 +454,8 @@ def in_completion_transaction(
         and was counted in that copy's transaction; nothing is done.
 
     Raises:
-        IdempotencyError: the database could not be reached or refused the statements
-            (nothing was committed).
+        IdempotencyError: the database could not be reached or refused the statements,
+            including the next step's outbox rows (nothing was committed).
     """
     try:
         with engine.begin() as conn:
@@ -454,12 +463,14 @@ def in_completion_transaction(
                 return False
             count(conn)
             return True
-    except sa.exc.SQLAlchemyError as exc:
+    except Exception as exc:
+        if not _as_outage(exc):
+            raise
         raise IdempotencyError(
             f"cannot record the completion of workflow member {task} (key {key!r}): "
-            f"{type(exc).__name__}: {_first_line(exc)}; "
-            "is the database up and were the tables created (taskq db create)?",
-            key=key,
+            f"{type(exc).__name__}: {_first_line(exc)}; is the database up and were the "
+            "tables created (taskq db create)?",
+            key=key, task=task,
         ) from exc
 
 
@@ -469,16 +480,20 @@ def in_failure_transaction(
     """Run ``fail`` in one transaction of its own (a member was dead-lettered).
 
     Raises:
-        IdempotencyError: the database could not be reached (nothing was committed).
+        IdempotencyError: the database could not be reached, including while adding the
+            link_error outbox row (nothing was committed).
     """
     try:
         with engine.begin() as conn:
             fail(conn)
-    except sa.exc.SQLAlchemyError as exc:
+    except Exception as exc:
+        if not _as_outage(exc):
+            raise
         raise IdempotencyError(
             f"cannot record the failure of workflow member {task_id}: {type(exc).__name__}: "
-            f"{_first_line(exc)}",
-            key=task_id,
+            f"{_first_line(exc)}; is the database up and were the tables created (taskq db "
+            "create)?",
+            key=task_id, task_id=task_id,
         ) from exc
 
 
