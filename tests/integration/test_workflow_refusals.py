@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from taskq import App, chain
 from taskq.schema import metadata, outbox_table, processed_table
@@ -138,3 +139,32 @@ def test_a_next_step_the_database_refuses_fails_the_workflow_not_the_member(app:
         assert keys == [first.task_id]
         assert conn.execute(sa.select(sa.func.count()).select_from(outbox_table)
                             ).scalar_one() == 1
+
+
+def test_a_next_step_refused_inside_a_transactional_members_session_keeps_its_writes(
+    app: App,
+) -> None:
+    # A transactional member counts in its own Session, before that commits: a refusal of
+    # the next step rolls back only its savepoint, and the member's writes and key commit.
+    add = bound(app, wt.add)
+    result = chain(add.s(1, 1), add.s(2)).apply_async()
+    first = result.members()[0]
+    clear_outbox(app)
+    messages = WorkflowMessages(app)
+
+    def refuse(target: Target, *_: Any) -> None:
+        _refused_by_the_database(target)
+
+    store = WorkflowStore(refuse, messages.enqueue_errback)
+    with Session(app.engine) as session:
+        session.execute(processed_table.insert().values(
+            key=first.task_id, task=wt.add.name, finished_at=sa.func.now()))
+        assert store.member_succeeded(session, first.task_id, encode_value(2, wt.add.name))
+        session.commit()
+
+    assert [m.state for m in read_members(app.engine, result.id)] == [
+        MemberState.SUCCESS, MemberState.FAILURE]
+    record = result.record()
+    assert record is not None and record.state is WorkflowState.FAILURE
+    with app.engine.connect() as conn:
+        assert conn.execute(sa.select(processed_table.c.key)).scalars().all() == [first.task_id]
