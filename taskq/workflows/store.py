@@ -12,15 +12,11 @@ which PostgreSQL serialises on the row lock (the second transaction sees the fir
 value). The statement that brings ``remaining`` to 0 is the only one that advances the
 workflow, and it enqueues the next step through the outbox in the same transaction.
 
-What a worker enqueues (a later step, the ``link_error`` call) is checked against the
-worker's own app, and can be refused there (a result too large for the next message, a
-queue this app declares differently). Such a refusal is a failure met while handling a
-success or a failure: it must neither undo that transaction nor escape to the worker. Each
-enqueue runs in a savepoint; if it is refused, the savepoint is rolled back and the refusal
-is recorded instead: a step that cannot start fails the workflow (naming the member whose
-message was refused), an errback that cannot be enqueued is noted in the workflow's error
-and logged. Only a database outage goes on up, unchanged: the whole transaction is lost
-then, and the worker retries it (an infrastructure fault, DESIGN §8).
+A worker's app may refuse what it enqueues (a result too large for the next message, a
+queue it declares otherwise): each enqueue runs in a savepoint, and a refusal is recorded
+instead of undoing the transaction or reaching the worker. A step that cannot start fails
+the workflow naming the refused member; a link_error that cannot be enqueued is noted in
+the workflow's error and logged. A database outage goes on up, unchanged (DESIGN §8).
 """
 
 from __future__ import annotations
@@ -38,8 +34,8 @@ from sqlalchemy.orm import Session
 
 from taskq.codec import decode_body, encode_body
 from taskq.db import as_aware, utcnow
-from taskq.errors import IdempotencyError, OutboxError
-from taskq.idempotency import IdempotencyStore, is_database_outage
+from taskq.errors import OutboxError
+from taskq.idempotency import is_database_outage
 from taskq.schema import workflow_members_table as members_t
 from taskq.schema import workflows_table as workflows_t
 
@@ -281,15 +277,7 @@ class WorkflowStore:
         self, target: Target, workflow_id: str, step: int, calls: Sequence[MemberCall],
         previous: Any,
     ) -> tuple[MemberCall, Exception] | None:
-        """Move the workflow to ``step`` and enqueue its members, all or nothing.
-
-        Returns:
-            ``None`` once enqueued; else the member whose message was refused and why
-            (nothing of the step is left written: its savepoint was rolled back).
-
-        Raises:
-            Exception: a database outage, unchanged (the transaction is lost anyway).
-        """
+        """Start ``step``, all or nothing; else the refused member and why (an outage raises)."""
         w, t = workflows_t, members_t
         current = calls[0]
         try:
@@ -316,7 +304,7 @@ class WorkflowStore:
         The member that finished stays ``SUCCESS`` (it did its work); the refused one is
         ``FAILURE`` with the refusal, and ``link_error`` is called for it as for any failure.
         """
-        reason = f"{type(exc).__name__}: {_first_line(exc)}"
+        reason = f"{type(exc).__name__}: {first_line(exc)}"
         logger.error(
             "workflow %s: the message of member %s[%s] for queue %r could not be enqueued "
             "when its step began (%s); the workflow is FAILURE and its later steps never "
@@ -380,11 +368,7 @@ class WorkflowStore:
         self, target: Target, workflow_id: str, packed: bytes, failed_task_id: str,
         error: str,
     ) -> None:
-        """Enqueue link_error in a savepoint; if refused, note it on the failed workflow.
-
-        Raises:
-            Exception: a database outage, unchanged (the transaction is lost anyway).
-        """
+        """Enqueue link_error in a savepoint; if refused, note it (an outage raises)."""
         errback: MemberCall | None = None
         try:
             with target.begin_nested():
@@ -402,7 +386,7 @@ class WorkflowStore:
         """Record and log that link_error will not run; the workflow stays FAILURE."""
         task = errback.task if errback is not None else "(unreadable call)"
         queue = errback.queue if errback is not None else "(unknown)"
-        reason = f"{type(exc).__name__}: {_first_line(exc)}"
+        reason = f"{type(exc).__name__}: {first_line(exc)}"
         logger.error(
             "workflow %s failed (member %s: %s) but its link_error %s for queue %r could not "
             "be enqueued (%s): it will not run. The workflow is FAILURE. Fix the cause (the "
@@ -429,72 +413,10 @@ def _unpack_call(data: bytes) -> MemberCall:
     return MemberCall(task_id, task, queue, priority, args, kwargs, immutable, countdown_s)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """The first line of ``exc``'s message (of its driver error for SQLAlchemy's)."""
     lines = str(getattr(exc, "orig", None) or exc).splitlines()
     return lines[0] if lines else ""
-
-
-def _as_outage(exc: Exception) -> bool:
-    """Whether ``exc`` escaping a workflow transaction means "database unreachable".
-
-    SQLAlchemy's own errors, and anything caused by a database outage: the outbox wraps the
-    driver's error in ``OutboxError`` (its cause), and that is no task failure either.
-    """
-    return isinstance(exc, sa.exc.SQLAlchemyError) or is_database_outage(exc)
-
-
-def in_completion_transaction(
-    engine: Engine, key: str, task: str, count: Callable[[Target], object]
-) -> bool:
-    """Record idempotency ``key`` and run ``count`` in one transaction of its own.
-
-    Returns:
-        ``False`` when the key was already recorded: another copy of the member finished
-        and was counted in that copy's transaction; nothing is done.
-
-    Raises:
-        IdempotencyError: the database could not be reached or refused the statements,
-            including the next step's outbox rows (nothing was committed).
-    """
-    try:
-        with engine.begin() as conn:
-            if not IdempotencyStore(engine).claim(conn, key, task):
-                return False
-            count(conn)
-            return True
-    except Exception as exc:
-        if not _as_outage(exc):
-            raise
-        raise IdempotencyError(
-            f"cannot record the completion of workflow member {task} (key {key!r}): "
-            f"{type(exc).__name__}: {_first_line(exc)}; is the database up and were the "
-            "tables created (taskq db create)?",
-            key=key, task=task,
-        ) from exc
-
-
-def in_failure_transaction(
-    engine: Engine, task_id: str, fail: Callable[[Target], object]
-) -> None:
-    """Run ``fail`` in one transaction of its own (a member was dead-lettered).
-
-    Raises:
-        IdempotencyError: the database could not be reached, including while adding the
-            link_error outbox row (nothing was committed).
-    """
-    try:
-        with engine.begin() as conn:
-            fail(conn)
-    except Exception as exc:
-        if not _as_outage(exc):
-            raise
-        raise IdempotencyError(
-            f"cannot record the failure of workflow member {task_id}: {type(exc).__name__}: "
-            f"{_first_line(exc)}; is the database up and were the tables created (taskq db "
-            "create)?",
-            key=task_id, task_id=task_id,
-        ) from exc
 
 
 def read_workflow(engine: Engine, workflow_id: str) -> WorkflowRecord | None:

@@ -21,15 +21,8 @@ from taskq import App, chain
 from taskq.schema import metadata, outbox_table, processed_table
 from taskq.workflows import MemberState, WorkflowState
 from taskq.workflows.messages import WorkflowMessages
-from taskq.workflows.store import (
-    MemberCall,
-    Target,
-    WorkflowStore,
-    encode_value,
-    in_completion_transaction,
-    in_failure_transaction,
-    read_members,
-)
+from taskq.workflows.store import MemberCall, Target, WorkflowStore, encode_value, read_members
+from taskq.workflows.transactions import in_completion_transaction, in_failure_transaction
 from tests import tasks_workflows as wt
 from tests.integration.test_workflow_store import bound, clear_outbox, outbox
 
