@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import Any
 
 from taskq.errors import OutboxError
+from taskq.idempotency import is_database_outage
 from taskq.message import ORDERING_KEY, Envelope, WireMessage
 from taskq.outbox.store import OutboxRow, OutboxStore
 
@@ -54,10 +55,16 @@ def add_to_outbox(
     except Exception as exc:
         if not type(exc).__module__.startswith("sqlalchemy"):
             raise
+        if is_database_outage(exc):
+            # Chained as the cause: callers that hold a delivery (a worker enqueueing a
+            # workflow's next step) find the outage there and retry instead of failing.
+            advice = ("the database could not be reached; the transaction is lost: run it "
+                      "again once the database is back")
+        else:
+            advice = "run app.create_tables() or `taskq db create` if the table is missing"
         raise OutboxError(
             f"cannot add task {envelope.task!r} (id {envelope.task_id}) for queue {queue!r} "
-            f"to the outbox: {exc}; run app.create_tables() or `taskq db create` if the "
-            "table is missing",
+            f"to the outbox: {exc}; {advice}",
             task=envelope.task,
             task_id=envelope.task_id,
             queue=queue,

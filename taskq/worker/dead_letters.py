@@ -11,6 +11,11 @@ not run again because its dead letter could not be sent. A lost channel or a sto
 returns it to the queue. Any other error while publishing is a bug: it is logged with its
 traceback and the delivery is rejected without requeue, so the broker dead-letters it to
 ``Q.dlq`` itself (without the ``taskq-error-*`` headers, which could not be built).
+
+A dead-lettered workflow member fails its workflow before the ack. An error there that is
+not the database being unreachable (those are retried while held) is a failure while
+handling a failure: it is logged, and the ack stands. Nothing that goes wrong here escapes
+to the loop: the member is dead-lettered once, never run again, and the process goes on.
 """
 
 from __future__ import annotations
@@ -141,12 +146,25 @@ class DeadLetterer:
         if workflows is None:
             return True
         message_id = delivery.message.message_id or ""
-        fault = self._hold.retry(
-            delivery, lambda: workflows.failed(message_id, error_type, error, traceback),
-            what=f"task {shown}[{message_id}] from {delivery.queue}: its workflow's failure",
-            done="recorded", faults=(IdempotencyError,),
-            repair="the connection to taskq's database",
-        )
+        try:
+            fault = self._hold.retry(
+                delivery, lambda: workflows.failed(message_id, error_type, error, traceback),
+                what=f"task {shown}[{message_id}] from {delivery.queue}: its workflow's "
+                     "failure", done="recorded", faults=(IdempotencyError,),
+                repair="the connection to taskq's database",
+            )
+        except Exception:
+            # A failure while handling a failure (a bug: the store records what it can
+            # refuse, such as a link_error that cannot be enqueued). Its dead letter is sent:
+            # the ack stands, so the task neither runs nor is dead-lettered again.
+            logger.exception(
+                "task %s[%s] from %s was dead-lettered but its workflow's failure could not be "
+                "recorded because of an error in taskq; acking it all the same (running or "
+                "dead-lettering it again would not help): `taskq inspect %s` shows its "
+                "workflow, which may still say RUNNING", shown, message_id, delivery.queue,
+                message_id,
+            )
+            return True
         if fault is None:
             return True
         logger.error(
@@ -165,17 +183,22 @@ class DeadLetterer:
         """
         message = delivery.message
         name = message.headers.get(TASK)
+        shown = name if isinstance(name, str) else "(unknown task)"
         logger.exception(
             "task %s[%s] from %s: the worker failed while handling the message (%s: %s); "
-            "dead-lettering it", name if isinstance(name, str) else "(unknown task)",
-            message.message_id, delivery.queue, type(exc).__name__, exc,
+            "dead-lettering it", shown, message.message_id, delivery.queue,
+            type(exc).__name__, exc,
         )
-        self.dead_letter(
-            delivery, "WorkerError",
-            f"the worker failed while handling this message (not the task): "
-            f"{type(exc).__name__}: {exc}",
-            traceback="".join(format_exception(exc)),
-        )
+        try:
+            self.dead_letter(
+                delivery, "WorkerError",
+                f"the worker failed while handling this message (not the task): "
+                f"{type(exc).__name__}: {exc}",
+                traceback="".join(format_exception(exc)),
+            )
+        except Exception:
+            # Whatever happens here must stay with this message, never stop the process.
+            self._reject_to_broker_dlx(delivery, shown, "WorkerError", str(exc))
 
     def _reject_to_broker_dlx(
         self, delivery: Delivery, shown: str, error_type: str, error: str

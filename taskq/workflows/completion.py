@@ -27,13 +27,8 @@ from typing import Any
 from taskq.errors import SerializationError
 from taskq.message import WORKFLOW, Envelope
 from taskq.workflows.messages import WorkflowApp, WorkflowMessages
-from taskq.workflows.store import (
-    Target,
-    WorkflowStore,
-    encode_value,
-    in_completion_transaction,
-    in_failure_transaction,
-)
+from taskq.workflows.store import Target, WorkflowStore, encode_value
+from taskq.workflows.transactions import in_completion_transaction, in_failure_transaction
 
 logger = logging.getLogger(__name__)
 

@@ -11,11 +11,18 @@ member changes nothing; the decrement is one ``UPDATE ... RETURNING`` of the wor
 which PostgreSQL serialises on the row lock (the second transaction sees the first's
 value). The statement that brings ``remaining`` to 0 is the only one that advances the
 workflow, and it enqueues the next step through the outbox in the same transaction.
+
+A worker's app may refuse what it enqueues (a result too large for the next message, a
+queue it declares otherwise): each enqueue runs in a savepoint, and a refusal is recorded
+instead of undoing the transaction or reaching the worker. A step that cannot start fails
+the workflow naming the refused member; a link_error that cannot be enqueued is noted in
+the workflow's error and logged. A database outage goes on up, unchanged (DESIGN §8).
 """
 
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,12 +34,14 @@ from sqlalchemy.orm import Session
 
 from taskq.codec import decode_body, encode_body
 from taskq.db import as_aware, utcnow
-from taskq.errors import IdempotencyError, OutboxError
-from taskq.idempotency import IdempotencyStore
+from taskq.errors import OutboxError
+from taskq.idempotency import is_database_outage
 from taskq.schema import workflow_members_table as members_t
 from taskq.schema import workflows_table as workflows_t
 
 Target = Session | Connection
+
+logger = logging.getLogger(__name__)
 
 
 class WorkflowState(str, enum.Enum):
@@ -260,13 +269,55 @@ class WorkflowStore:
             sa.select(t).where(t.c.workflow_id == workflow_id, t.c.step == step + 1)
             .order_by(t.c.position)
         )]
-        target.execute(sa.update(w).where(w.c.id == workflow_id).values(
-            step=step + 1, remaining=len(calls)))
-        target.execute(sa.update(t).where(
-            t.c.workflow_id == workflow_id, t.c.step == step + 1,
-            t.c.state == MemberState.PENDING.value,
-        ).values(state=MemberState.ENQUEUED.value))
-        self._enqueue_step(target, workflow_id, calls, value, True)
+        refused = self._start_step(target, workflow_id, step + 1, calls, value)
+        if refused is not None:
+            self._step_refused(target, workflow_id, *refused)
+
+    def _start_step(
+        self, target: Target, workflow_id: str, step: int, calls: Sequence[MemberCall],
+        previous: Any,
+    ) -> tuple[MemberCall, Exception] | None:
+        """Start ``step``, all or nothing; else the refused member and why (an outage raises)."""
+        w, t = workflows_t, members_t
+        current = calls[0]
+        try:
+            with target.begin_nested():
+                target.execute(sa.update(w).where(w.c.id == workflow_id).values(
+                    step=step, remaining=len(calls)))
+                target.execute(sa.update(t).where(
+                    t.c.workflow_id == workflow_id, t.c.step == step,
+                    t.c.state == MemberState.PENDING.value,
+                ).values(state=MemberState.ENQUEUED.value))
+                for current in calls:  # one by one: a refusal names its member
+                    self._enqueue_step(target, workflow_id, [current], previous, True)
+        except Exception as exc:
+            if is_database_outage(exc):
+                raise
+            return current, exc
+        return None
+
+    def _step_refused(
+        self, target: Target, workflow_id: str, call: MemberCall, exc: Exception
+    ) -> None:
+        """A member of the next step could not be enqueued: it fails the workflow.
+
+        The member that finished stays ``SUCCESS`` (it did its work); the refused one is
+        ``FAILURE`` with the refusal, and ``link_error`` is called for it as for any failure.
+        """
+        reason = f"{type(exc).__name__}: {first_line(exc)}"
+        logger.error(
+            "workflow %s: the message of member %s[%s] for queue %r could not be enqueued "
+            "when its step began (%s); the workflow is FAILURE and its later steps never "
+            "start: fix the cause (the error says how) and start the workflow again",
+            workflow_id, call.task, call.task_id, call.queue, reason,
+            extra={"task_id": call.task_id, "task": call.task, "queue": call.queue},
+        )
+        self.member_failed(
+            target, call.task_id,
+            f"{type(exc).__name__}: its message for queue {call.queue!r} could not be "
+            f"enqueued when its step began: {exc}",
+            None,
+        )
 
     def _step_result(self, target: Target, workflow_id: str, step: int) -> Any:
         """A single task's value, or the list of a group's values in member order."""
@@ -310,9 +361,44 @@ class WorkflowStore:
         if failed is None:
             return False
         if failed.link_error is not None:
-            errback = _unpack_call(failed.link_error)
-            self._enqueue_errback(target, member.workflow_id, errback, task_id, error)
+            self._send_errback(target, member.workflow_id, failed.link_error, task_id, error)
         return True
+
+    def _send_errback(
+        self, target: Target, workflow_id: str, packed: bytes, failed_task_id: str,
+        error: str,
+    ) -> None:
+        """Enqueue link_error in a savepoint; if refused, note it (an outage raises)."""
+        errback: MemberCall | None = None
+        try:
+            with target.begin_nested():
+                errback = _unpack_call(packed)
+                self._enqueue_errback(target, workflow_id, errback, failed_task_id, error)
+        except Exception as exc:
+            if is_database_outage(exc):
+                raise
+            self._errback_refused(target, workflow_id, errback, failed_task_id, error, exc)
+
+    def _errback_refused(
+        self, target: Target, workflow_id: str, errback: MemberCall | None,
+        failed_task_id: str, error: str, exc: Exception,
+    ) -> None:
+        """Record and log that link_error will not run; the workflow stays FAILURE."""
+        task = errback.task if errback is not None else "(unreadable call)"
+        queue = errback.queue if errback is not None else "(unknown)"
+        reason = f"{type(exc).__name__}: {first_line(exc)}"
+        logger.error(
+            "workflow %s failed (member %s: %s) but its link_error %s for queue %r could not "
+            "be enqueued (%s): it will not run. The workflow is FAILURE. Fix the cause (the "
+            "error says how), then call %s yourself with (workflow id, failed task id, error, "
+            "*its args)", workflow_id, failed_task_id, error, task, queue, reason, task,
+            extra={"task_id": failed_task_id, "task": task, "queue": queue},
+        )
+        w = workflows_t
+        target.execute(sa.update(w).where(w.c.id == workflow_id).values(
+            error=f"{error}; its link_error {task} for queue {queue!r} was not enqueued "
+                  f"({reason}) and will not run",
+        ))
 
 
 def _pack_call(call: MemberCall) -> bytes:
@@ -327,51 +413,10 @@ def _unpack_call(data: bytes) -> MemberCall:
     return MemberCall(task_id, task, queue, priority, args, kwargs, immutable, countdown_s)
 
 
-def in_completion_transaction(
-    engine: Engine, key: str, task: str, count: Callable[[Target], object]
-) -> bool:
-    """Record idempotency ``key`` and run ``count`` in one transaction of its own.
-
-    Returns:
-        ``False`` when the key was already recorded: another copy of the member finished
-        and was counted in that copy's transaction; nothing is done.
-
-    Raises:
-        IdempotencyError: the database could not be reached or refused the statements
-            (nothing was committed).
-    """
-    try:
-        with engine.begin() as conn:
-            if not IdempotencyStore(engine).claim(conn, key, task):
-                return False
-            count(conn)
-            return True
-    except sa.exc.SQLAlchemyError as exc:
-        raise IdempotencyError(
-            f"cannot record the completion of workflow member {task} (key {key!r}): "
-            f"{type(exc).__name__}: {str(getattr(exc, 'orig', None) or exc).splitlines()[0]}; "
-            "is the database up and were the tables created (taskq db create)?",
-            key=key,
-        ) from exc
-
-
-def in_failure_transaction(
-    engine: Engine, task_id: str, fail: Callable[[Target], object]
-) -> None:
-    """Run ``fail`` in one transaction of its own (a member was dead-lettered).
-
-    Raises:
-        IdempotencyError: the database could not be reached (nothing was committed).
-    """
-    try:
-        with engine.begin() as conn:
-            fail(conn)
-    except sa.exc.SQLAlchemyError as exc:
-        raise IdempotencyError(
-            f"cannot record the failure of workflow member {task_id}: {type(exc).__name__}: "
-            f"{str(getattr(exc, 'orig', None) or exc).splitlines()[0]}",
-            key=task_id,
-        ) from exc
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message (of its driver error for SQLAlchemy's)."""
+    lines = str(getattr(exc, "orig", None) or exc).splitlines()
+    return lines[0] if lines else ""
 
 
 def read_workflow(engine: Engine, workflow_id: str) -> WorkflowRecord | None:
