@@ -68,7 +68,8 @@ class WorkflowResult:
             interval_s: How often this handle reads the workflow row.
 
         Raises:
-            TaskFailed: a member was dead-lettered; names it and its error.
+            TaskFailed: a member failed (dead-lettered, or its message could not be
+                enqueued); names it and its error.
             ResultTimeout: the workflow did not finish within ``timeout_s``.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
@@ -86,7 +87,7 @@ class WorkflowResult:
         exc_type, _, message = (record.error or "").partition(": ")
         raise TaskFailed(
             f"{record.kind} {record.id} FAILURE: member {record.failed_task} "
-            f"({record.failed_task_id}) was dead-lettered: {record.error}; its later steps "
+            f"({record.failed_task_id}) failed: {record.error}; its later steps "
             "never ran (taskq inspect shows every member)",
             task_id=record.failed_task_id, task=record.failed_task, state=record.state.value,
             exc_type=exc_type, error=message, remote_traceback=None, workflow_id=record.id,

@@ -134,7 +134,7 @@ def test_failed_member_stops_the_chain_and_link_error_runs_once(
     with pytest.raises(TaskFailed) as failed:
         result.get(timeout_s=30)
     members = result.members()
-    assert f"member {wt.boom.name} ({members[1].task_id}) was dead-lettered" in str(failed.value)
+    assert f"member {wt.boom.name} ({members[1].task_id}) failed" in str(failed.value)
     assert "ValueError: boom in second" in str(failed.value)
     assert failed.value.task_id == members[1].task_id  # type: ignore[attr-defined]
     wait_until(lambda: count_runs(runs, "errback") >= 1, timeout_s=30,
@@ -219,7 +219,7 @@ def test_a_rejected_member_stops_the_chain(
     result = chain(add.s(1, 1), refuse.s(runs), step.s(runs, "after")).apply_async(
         link_error=errback.s(runs))
 
-    with pytest.raises(TaskFailed, match="was dead-lettered: Reject: refused on purpose"):
+    with pytest.raises(TaskFailed, match="failed: Reject: refused on purpose"):
         result.get(timeout_s=30)
     wait_until(lambda: count_runs(runs, "errback") >= 1, timeout_s=30,
                message=lambda: f"link_error ran; log:\n{worker.log()[-3000:]}")
