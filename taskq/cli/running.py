@@ -20,6 +20,7 @@ from taskq.cli._common import (
 from taskq.cli.dashboard import ENV_TOKEN, dashboard_server
 from taskq.errors import TaskqError
 from taskq.worker.monitoring import Monitoring
+from taskq.worker.preflight import DECLARE_NEW_QUEUES_FLAG, check_known_queues
 from taskq.worker.process import configure_logging, load_app
 from taskq.worker.supervisor import Supervisor
 
@@ -31,7 +32,13 @@ from taskq.worker.supervisor import Supervisor
 )
 @click.option(
     "-Q", "--queues", metavar="Q1,Q2",
-    help="Comma-separated queues to consume (default: every queue the app knows).",
+    help="Comma-separated queues to consume (default: every queue the app knows); a queue "
+    "the app does not know is refused.",
+)
+@click.option(
+    DECLARE_NEW_QUEUES_FLAG, "declare_new_queues", is_flag=True,
+    help="Consume (and declare) -Q queues that the app's code does not name, e.g. queues "
+    "other code sends to with apply_async(queue=...).",
 )
 @click.option(
     "-c", "--concurrency", "processes", type=click.IntRange(min=0),
@@ -88,6 +95,7 @@ from taskq.worker.supervisor import Supervisor
 def worker(
     app_path: str,
     queues: str | None,
+    declare_new_queues: bool,
     processes: int | None,
     prefetch: int | None,
     max_tasks_per_child: int | None,
@@ -121,10 +129,13 @@ def worker(
         raise click.BadParameter(str(exc), param_hint="'-A' / '--app'") from None
     try:
         app.configure(**overrides)
+        names = queue_names(app, queues)
+        # Before the supervisor declares anything: a typo must not create a queue.
+        check_known_queues(app, names, allow_new=declare_new_queues)
         supervisor = Supervisor(
             app,
             app_path=app_path,
-            queues=queue_names(app, queues),
+            queues=names,
             overrides=overrides,
             loglevel=loglevel.upper(),
             relay=relay,

@@ -13,6 +13,7 @@ from typing import Any
 from taskq.errors import OutboxError
 from taskq.idempotency import is_database_outage
 from taskq.message import ORDERING_KEY, Envelope, WireMessage
+from taskq.outbox.binding import check_outbox_database
 from taskq.outbox.store import OutboxRow, OutboxStore
 
 
@@ -24,15 +25,33 @@ def add_to_outbox(
     queue: str,
     *,
     horizon_s: float,
+    database_url: str | None = None,
 ) -> bool:
     """Add the row of ``envelope`` (encoded as ``wire``) for ``queue`` in ``session``.
+
+    Args:
+        store: The outbox's SQL.
+        session: The caller's ``Session``, ``Connection`` or framework adapter.
+        envelope: The task's envelope.
+        wire: ``envelope`` encoded.
+        queue: The destination queue (a partition queue for an ordered task).
+        horizon_s: How long before its eta a delayed row is handed to the relay.
+        database_url: The app's ``database_url``: ``session`` must write to that outbox,
+            the one the relay reads (:mod:`taskq.outbox.binding`); ``None`` skips the check.
 
     Returns:
         ``False`` when the task id or idempotency key is already in the outbox.
 
     Raises:
+        ConfigurationError: ``session`` is bound to another database than
+            ``database_url``, or to none.
         OutboxError: the row could not be written (missing table, database error).
     """
+    if database_url is not None:
+        check_outbox_database(
+            session, database_url=database_url, task=envelope.task,
+            task_id=envelope.task_id, queue=queue,
+        )
     next_attempt_at = None
     if envelope.eta is not None:
         # The relay claims it this long before its eta and hands it to the delay backend.

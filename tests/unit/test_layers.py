@@ -20,7 +20,7 @@ LAYERS = {
     },
     2: {
         "broker", "broker.connection", "broker.publisher", "broker.subscription", "db",
-        "schema", "outbox.store", "idempotency", "results", "delay", "sending",
+        "schema", "outbox.store", "outbox.binding", "idempotency", "results", "delay", "sending",
         "schedules.store",
         "workflows.store",
     },

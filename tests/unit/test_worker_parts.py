@@ -98,7 +98,7 @@ def test_worker_help_lists_the_documented_options() -> None:
     result = CliRunner().invoke(main, ["worker", "--help"])
 
     assert result.exit_code == 0
-    for option in ("-A", "-Q", "-c", "--prefetch", "--max-tasks-per-child",
+    for option in ("-A", "-Q", "--declare-new-queues", "-c", "--prefetch", "--max-tasks-per-child",
                    "--shutdown-timeout", "--loglevel"):
         assert option in result.output
 

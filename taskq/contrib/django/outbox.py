@@ -81,6 +81,17 @@ class DjangoOutbox:
             ) from exc
         return inserted
 
+    def taskq_database_url(self) -> str:
+        """The URL of the connection's database, which the outbox check compares with
+        ``database_url`` (:mod:`taskq.outbox.binding`): a row written in another database
+        than the relay's would never be published.
+
+        Raises:
+            ConfigurationError: the database is neither PostgreSQL nor a SQLite file (an
+                in-memory database no relay can read).
+        """
+        return database_url(self.connection.settings_dict)
+
     def execute(self, statement: Any, parameters: Any = None) -> None:
         """Run one of taskq's SQLAlchemy Core inserts in the connection's transaction.
 
