@@ -351,11 +351,14 @@ class App:
 
         ``session`` is an ORM ``Session`` or a Core ``Connection`` on the database named by
         ``database_url`` (no commit); the relay publishes the row after the caller commits.
+        A session bound to another database is refused: no relay would ever read its row.
 
         Returns:
             ``False`` when the task id or idempotency key is already in the outbox.
 
         Raises:
+            ConfigurationError: ``session`` is bound to another database than
+                ``database_url`` (:mod:`taskq.outbox.binding`).
             OutboxError: the row could not be written.
         """
         if self.settings.task_always_eager:
@@ -368,6 +371,7 @@ class App:
         return add_to_outbox(
             self._outbox_store(), session, outgoing.envelope, outgoing.wire,
             outgoing.destination, horizon_s=self.settings.outbox_delay_horizon_s,
+            database_url=self.settings.database_url,
         )
 
     # -- database ----------------------------------------------------------------------------
