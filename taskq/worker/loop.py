@@ -171,22 +171,27 @@ class WorkerLoop:
                 # Even for one delivery: it also forgets the previous batch's checks, whose
                 # deliveries may not have run (stale channel, stop) and may come back later.
                 self._precheck_or_skip(batch)
-            for item in batch:
-                if self._is_stopping():
-                    break  # unacked: the broker requeues what was not started
-                if item.generation != subscription.generation:
-                    # Its channel died; the broker already put the message back.
-                    logger.info("message %s from %s not run: its channel is gone; the broker "
-                                "redelivers it", item.message.message_id, item.queue)
-                    continue
-                try:
-                    handle(item)
-                except Exception as exc:  # a taskq bug, or a message nobody foresaw
-                    self._contain(item, exc)
-                if max_tasks and self.tasks_done >= max_tasks:
-                    logger.info("ran %d tasks (max_tasks_per_child); recycling",
-                                self.tasks_done)
-                    return
+            try:
+                for item in batch:
+                    if self._is_stopping():
+                        break  # unacked: the broker requeues what was not started
+                    if item.generation != subscription.generation:
+                        # Its channel died; the broker already put the message back.
+                        logger.info("message %s from %s not run: its channel is gone; the "
+                                    "broker redelivers it", item.message.message_id, item.queue)
+                        continue
+                    try:
+                        handle(item)
+                    except Exception as exc:  # a taskq bug, or a message nobody foresaw
+                        self._contain(item, exc)
+                    if max_tasks and self.tasks_done >= max_tasks:
+                        logger.info("ran %d tasks (max_tasks_per_child); recycling",
+                                    self.tasks_done)
+                        return
+            finally:
+                # Idempotency claims of deliveries that did not run (dropped, settled before
+                # running, stopped) end here: another consumer may have them now.
+                self._dedupe.end_batch()
 
     def _is_stopping(self) -> bool:
         # A method, not the attribute: a signal handler may set it between two deliveries.
