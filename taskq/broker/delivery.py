@@ -8,7 +8,7 @@ its delivery tag means something only on that channel. :meth:`Delivery.ack` and
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Any, Protocol
 
 from taskq.message import WireMessage
 
@@ -16,6 +16,19 @@ from taskq.message import WireMessage
 ACK = 0
 REJECT = 1
 REQUEUE = 2
+
+
+def received_message(properties: Any, body: bytes) -> WireMessage:
+    """The message of a delivery as pika handed it over (``pika.BasicProperties``, body)."""
+    return WireMessage(
+        body,
+        properties.message_id,
+        properties.headers or {},
+        properties.priority,
+        properties.timestamp,
+        properties.app_id,
+        properties.content_type,
+    )
 
 
 class Settler(Protocol):

@@ -155,6 +155,7 @@ class WorkerLoop:
         """
         get, handle = self._subscription.get, self.handle
         subscription, max_tasks = self._subscription, self._max_tasks
+        subscription.watch_progress(self._slot.io_at)  # the supervisor replaces a stalled one
         alive_at = self._slot.alive_at
         batch_max = self._batch_max
         while not self.stop_requested:

@@ -8,6 +8,7 @@ task of the key still runs, once and in order, and that the process consumes aga
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from taskq.ordering.keys import partition_of
 from tests import connection_loss_tasks
 from tests.conftest import BROKER_URL
 from tests.support.proxy import TcpProxy
+from tests.support.rabbitmq_nodes import RabbitCluster
 from tests.support.waiting import wait_until
 from tests.system.ordering import bound
 from tests.system.workers import Worker
@@ -119,3 +121,68 @@ def test_a_cut_connection_mid_task_leaves_no_claim_behind_and_every_task_of_the_
     # and the process whose connection was cut consumes again
     wait_until(lambda: _connections(active) >= 2, timeout_s=15, message=active.log)
 
+
+
+def test_a_partition_queue_deleted_under_its_consumer_is_consumed_again(
+    app: App, queue: str, start: Callable[..., Worker], broker: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "lines.txt"
+    # Given one worker process consuming every partition of an ordered queue
+    worker = start("-c", "1")
+    worker.wait_consuming(1)
+    pid = worker.children()
+    partition = f"{queue}.p{partition_of('K', PARTITIONS)}"
+    # When the broker cancels its consumer of one partition (the queue is deleted)
+    broker.delete_queue(partition)
+    # Then within 15 s the process (or its replacement) consumes again, the queue re-declared
+    wait_until(lambda: _connections(worker) >= 2, timeout_s=15,
+               message=lambda: f"the process never consumed again; log:\n{worker.log()}")
+    wait_until(lambda: broker.exists(partition), timeout_s=5, message="re-declared")
+    # and tasks of that partition run
+    bound(app, connection_loss_tasks.slow_line, queue).apply_async(("K", 0, 0, str(path)))
+    wait_until(lambda: _lines(path), timeout_s=15, message=worker.log)
+    assert "broker I/O thread failed" not in worker.log()
+    assert worker.children() == pid or len(worker.children()) == 1
+    assert os.path.exists(path)
+
+
+@pytest.fixture(scope="module")
+def timeout_node() -> Iterator[RabbitCluster]:
+    """A private RabbitMQ node whose consumer_timeout is 3 s, checked every second."""
+    with RabbitCluster(1, rabbit_env={"consumer_timeout": 3000,
+                                      "channel_tick_interval": 1000}) as node:
+        node.start()
+        yield node
+
+
+def test_a_channel_the_broker_closes_on_consumer_timeout_is_consumed_again(
+    app: App, queue: str, start: Callable[..., Worker], timeout_node: RabbitCluster,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "lines.txt"
+    url = timeout_node.urls[0]
+    node_app = App("node", broker_url=url, namespace=app.settings.namespace,
+                   database_url=app.settings.database_url)
+    node_app.queue(queue, partitions=PARTITIONS)
+    task = bound(node_app, connection_loss_tasks.slow_line, queue)
+    try:
+        # Given one worker process consuming an ordered queue on a broker whose
+        # consumer_timeout is 3 s
+        worker = start("-c", "1", env={"TASKQ_BROKER_URL": url})
+        worker.wait_consuming(1)
+        # When a task keeps its delivery unacked for 6 s, the broker closes the channel
+        task.apply_async(("K", 0, 6000, str(path)))
+        wait_until(lambda: "timed out" in worker.log(), timeout_s=15,
+                   message=lambda: f"no consumer timeout; log:\n{worker.log()}")
+        closed_at = time.monotonic()
+        # Then the process consumes again within 15 s,
+        wait_until(lambda: _connections(worker) >= 2, timeout_s=15,
+                   message=lambda: f"the process never consumed again; log:\n{worker.log()}")
+        # the task ran once (its redelivery is a duplicate), and a later one runs
+        task.apply_async(("K", 1, 0, str(path)))
+        wait_until(lambda: len(_lines(path)) >= 2, timeout_s=closed_at + 15 - time.monotonic(),
+                   message=lambda: f"lines {_lines(path)}; log:\n{worker.log()}")
+        assert [int(seq) for _, seq, *_ in _lines(path)] == [0, 1]
+        assert "broker I/O thread failed" not in worker.log()
+    finally:
+        node_app.close()
