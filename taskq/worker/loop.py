@@ -153,7 +153,7 @@ class WorkerLoop:
         Raises:
             TopologyError: the queues cannot be declared as configured.
         """
-        get, handle = self._subscription.get, self.handle
+        get, handle, gives_back = self._subscription.get, self.handle, self._retrier.gives_back
         subscription, max_tasks = self._subscription, self._max_tasks
         subscription.watch_progress(self._slot.io_at)  # the supervisor replaces a stalled one
         alive_at = self._slot.alive_at
@@ -181,6 +181,8 @@ class WorkerLoop:
                         logger.info("message %s from %s not run: its channel is gone; the "
                                     "broker redelivers it", item.message.message_id, item.queue)
                         continue
+                    if gives_back(item):
+                        continue  # behind an earlier delivery of its partition (in_place.py)
                     try:
                         handle(item)
                     except Exception as exc:  # a taskq bug, or a message nobody foresaw

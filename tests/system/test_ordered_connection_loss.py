@@ -21,6 +21,7 @@ from taskq.broker.connection import declare, open_connection
 from taskq.ordering.keys import partition_of
 from tests import connection_loss_tasks
 from tests.conftest import BROKER_URL
+from tests.support.broker import BrokerAdmin
 from tests.support.proxy import TcpProxy
 from tests.support.rabbitmq_nodes import RabbitCluster
 from tests.support.waiting import wait_until
@@ -185,4 +186,43 @@ def test_a_channel_the_broker_closes_on_consumer_timeout_is_consumed_again(
         assert [int(seq) for _, seq, *_ in _lines(path)] == [0, 1]
         assert "broker I/O thread failed" not in worker.log()
     finally:
+        node_app.close()
+
+
+def test_an_ordered_task_failing_past_half_the_consumer_timeout_reaches_the_dlq_in_order(
+    app: App, queue: str, start: Callable[..., Worker], timeout_node: RabbitCluster,
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "lines.txt"
+    url = timeout_node.urls[0]
+    node_app = App("node", broker_url=url, namespace=app.settings.namespace,
+                   database_url=app.settings.database_url)
+    node_app.queue(queue, partitions=PARTITIONS)
+    admin = BrokerAdmin(url)
+    try:
+        # Given a worker process on a broker whose consumer_timeout is 3 s (and told so)
+        worker = start("-c", "1", env={"TASKQ_BROKER_URL": url, "TASKQ_CONSUMER_TIMEOUT_S": "3"})
+        worker.wait_consuming(1)
+        # When a task of K that always fails (3 retries in place, backoffs 1, 2, 4 s: more in
+        # all than the timeout) is followed by K/1 and K/2, prefetched behind it
+        failing = bound(node_app, connection_loss_tasks.failing, queue).apply_async(
+            ("K", 0, str(path)))
+        bound(node_app, connection_loss_tasks.slow_line, queue).starmap(
+            [("K", seq, 0, str(path)) for seq in (1, 2)])
+        # Then it runs its 4 attempts, goes to Q.dlq, and K/1 and K/2 run after it
+        wait_until(lambda: len(_lines(path)) >= 6, timeout_s=40,
+                   message=lambda: f"lines {_lines(path)}; log:\n{worker.log()[-5000:]}")
+        lines = _lines(path)
+        assert [line[0] for line in lines] == ["attempt"] * 4 + ["K", "K"], lines
+        assert [int(line[3]) for line in lines[:4]] == [0, 1, 2, 3]
+        assert [int(line[1]) for line in lines[4:]] == [1, 2]
+        wait_until(lambda: admin.depth(f"{queue}.dlq") == 1, timeout_s=10, message="parked")
+        (parked,) = admin.get_all(f"{queue}.dlq")
+        assert parked[1].message_id == failing.id
+        assert parked[1].headers["taskq-attempts"] == 4
+        # without ever holding a delivery past the broker's consumer_timeout
+        assert "giving it back" in worker.log()
+        assert "timed out" not in worker.log()
+    finally:
+        admin.close()
         node_app.close()
