@@ -191,9 +191,7 @@ class WorkerLoop:
                         logger.info("ran %d tasks (max_tasks_per_child); recycling",
                                     self.tasks_done)
                         return
-            finally:
-                # Idempotency claims of deliveries that did not run (dropped, settled before
-                # running, stopped) end here: another consumer may have them now.
+            finally:  # claims of deliveries that did not run end here (dropped, stopped)
                 self._dedupe.end_batch()
 
     def _is_stopping(self) -> bool:
