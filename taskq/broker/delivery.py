@@ -8,7 +8,8 @@ its delivery tag means something only on that channel. :meth:`Delivery.ack` and
 
 from __future__ import annotations
 
-from typing import Protocol
+import time
+from typing import Any, Protocol
 
 from taskq.message import WireMessage
 
@@ -16,6 +17,19 @@ from taskq.message import WireMessage
 ACK = 0
 REJECT = 1
 REQUEUE = 2
+
+
+def received_message(properties: Any, body: bytes) -> WireMessage:
+    """The message of a delivery as pika handed it over (``pika.BasicProperties``, body)."""
+    return WireMessage(
+        body,
+        properties.message_id,
+        properties.headers or {},
+        properties.priority,
+        properties.timestamp,
+        properties.app_id,
+        properties.content_type,
+    )
 
 
 class Settler(Protocol):
@@ -34,9 +48,14 @@ class Delivery:
         is_redelivered: The broker delivered it before (a process died, a channel closed).
         delivery_tag: AMQP delivery tag; valid only on the channel it came from.
         generation: Which connection of the subscription it came from.
+        received_at: Monotonic time it arrived: the broker's ``consumer_timeout`` clock for
+            it started about then.
     """
 
-    __slots__ = ("message", "queue", "is_redelivered", "delivery_tag", "generation", "_owner")
+    __slots__ = (
+        "message", "queue", "is_redelivered", "delivery_tag", "generation", "received_at",
+        "_owner",
+    )
 
     def __init__(
         self,
@@ -46,12 +65,14 @@ class Delivery:
         delivery_tag: int,
         generation: int,
         owner: Settler,
+        received_at: float | None = None,
     ) -> None:
         self.message = message
         self.queue = queue
         self.is_redelivered = is_redelivered
         self.delivery_tag = delivery_tag
         self.generation = generation
+        self.received_at = time.monotonic() if received_at is None else received_at
         self._owner = owner
 
     def __repr__(self) -> str:

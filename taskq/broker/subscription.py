@@ -14,9 +14,11 @@ a delivery that was rejected.
 
 When the connection is lost, or the broker closes the channel while the connection stays up
 (a delivery unacked past its ``consumer_timeout``, any channel error such as 406
-PRECONDITION_FAILED), the I/O thread reconnects with capped exponential backoff plus jitter,
-re-declares the topology and consumes again. It sees such a loss while the main thread runs
-a task, however long, because it alone sits in ``process_data_events``.
+PRECONDITION_FAILED) or cancels a consumer (its queue deleted, a node failing over, RabbitMQ
+4.3's consumer timeout on quorum queues), the I/O thread reconnects with capped exponential
+backoff plus jitter, re-declares the topology and consumes again. It sees such a loss while
+the main thread runs a task, however long, because it alone sits in ``process_data_events``.
+Anything else that ends the thread goes to the main thread, which ends the process.
 
 Each channel has a *generation*. The I/O thread moves the generation on the moment it sees
 its channel or connection die -- not only once a new one is up: the broker has already put
@@ -41,12 +43,18 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
-from taskq.broker._losses import drop_connection, log_loss, reconnect_delay_s
+from taskq.broker._losses import (
+    close_quietly,
+    closing_reason,
+    drop_connection,
+    log_loss,
+    reconnect_delay_s,
+    wait_stamping,
+)
 from taskq.broker.connection import declare, open_connection
-from taskq.broker.delivery import ACK, REQUEUE, Delivery
+from taskq.broker.delivery import ACK, REQUEUE, Delivery, received_message
 from taskq.broker.topology import Topology
 from taskq.errors import BrokerConnectionError, ConfigurationError, PublishError, TopologyError
-from taskq.message import WireMessage
 from taskq.settings import Settings
 
 logger = logging.getLogger(__name__)
@@ -112,6 +120,7 @@ class Subscription:
         self._consuming_wanted = True
         self._cancelled_by_broker = False
         self._wake = threading.Event()
+        self._progress: Any = None  # see watch_progress()
         self._failure: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="taskq-io", daemon=True)
 
@@ -222,6 +231,21 @@ class Subscription:
         with self._sent_changed:
             return self._sent_changed.wait_for(lambda: self._sent >= target, timeout_s)
 
+    def watch_progress(self, stamp: Any) -> None:
+        """Have the I/O thread write the monotonic time to ``stamp.value`` as it works.
+
+        Each tick while connected (about every 0.5 s, however long a task runs), before
+        each connect attempt and every second of a reconnect backoff. ``stamp`` is a shared
+        double (the process slot's), so the supervisor can tell a consumer that stalled or
+        whose thread is gone from one that is busy or reconnecting.
+        """
+        self._progress = stamp
+        self._stamp()
+
+    def _stamp(self) -> None:
+        if self._progress is not None:
+            self._progress.value = time.monotonic()
+
     def stop_consuming(self) -> None:
         """Ask the broker to stop sending (``basic_cancel``, within ~0.5 s), except for
         ordered partitions: their consumers end with the channel (see ``_consume``).
@@ -258,15 +282,30 @@ class Subscription:
     # -- I/O thread ------------------------------------------------------------------------
 
     def _run(self) -> None:
+        # Whatever ends this thread other than a stop must reach the main thread (get()
+        # raises it and the process exits, to be replaced): a process whose I/O thread is gone
+        # would otherwise live on connected to nothing.
+        try:
+            self._serve_until_stopped()
+            self._shutdown()
+        except (TopologyError, ConfigurationError) as exc:
+            self._fail(exc)
+        except BaseException as exc:  # a bug: let the main thread end the process
+            logger.exception("broker I/O thread failed; the worker process exits and is "
+                             "replaced (its unacked messages return to their queues)")
+            self._fail(exc)
+
+    def _serve_until_stopped(self) -> None:
+        """Connect, consume, and after each loss reconnect with backoff, until stopped."""
         attempt = 0
         while not self._stopping:
             try:
+                self._stamp()
                 self._connect(attempt)
                 attempt = 0
                 self._serve()
-            except (TopologyError, ConfigurationError) as exc:
-                self._fail(exc)
-                return
+            except (TopologyError, ConfigurationError):
+                raise
             except _RECOVERABLE as exc:
                 self._discard_connection()
                 if self._is_stopping():  # close() may have been called meanwhile
@@ -274,12 +313,7 @@ class Subscription:
                 delay_s = reconnect_delay_s(attempt, self._settings.reconnect_max_delay_s)
                 attempt += 1
                 log_loss(exc, delay_s, attempt)
-                self._wake.wait(delay_s)
-            except BaseException as exc:  # a bug: let the main thread end the process
-                logger.exception("broker I/O thread failed")
-                self._fail(exc)
-                return
-        self._shutdown()
+                wait_stamping(self._wake, delay_s, self._stamp)
 
     def _is_stopping(self) -> bool:
         return self._stopping
@@ -289,7 +323,7 @@ class Subscription:
         try:
             channel = self._prepare_channel(connection)
         except BaseException:
-            _close_quietly(connection)
+            close_quietly(connection)
             raise
         # Order matters (see settle()): publish the new connection, bump the generation,
         # then clear the flush flag and drain what the main thread queued meanwhile.
@@ -358,7 +392,7 @@ class Subscription:
             if not channel.is_open:
                 # pika ends process_data_events when the broker closes a channel (a
                 # consumer_timeout, a 406) but raises nothing while the connection is up.
-                raise _closing_reason(channel)
+                raise closing_reason(channel)
             if self._cancelled_by_broker and self._consuming_wanted:
                 raise pika.exceptions.ConsumerCancelled(
                     "the broker cancelled the consumer (queue deleted or node failover)"
@@ -374,19 +408,10 @@ class Subscription:
     ) -> None:
         if channel is not self._channel:
             return  # a late delivery of a channel given up: its generation is already gone
-        message = WireMessage(
-            body,
-            properties.message_id,
-            properties.headers or {},
-            properties.priority,
-            properties.timestamp,
-            properties.app_id,
-            properties.content_type,
-        )
         self._deliveries.put(
             Delivery(
-                message, queue_name, method.redelivered, method.delivery_tag,
-                self._generation, self,
+                received_message(properties, body), queue_name, method.redelivered,
+                method.delivery_tag, self._generation, self,
             )
         )
 
@@ -422,6 +447,7 @@ class Subscription:
                 self._sent_changed.notify_all()
 
     def _tick(self) -> None:
+        self._stamp()
         channel, connection = self._channel, self._connection
         if channel is None or connection is None or not channel.is_open:
             return
@@ -436,8 +462,12 @@ class Subscription:
 
     def _fail(self, exc: BaseException) -> None:
         self._failure = exc
-        self._discard_connection()
         self._deliveries.put(None)  # wake the main thread so that get() raises
+        try:
+            self._discard_connection()
+        except BaseException:  # noqa: BLE001 - the failure is on its way to the main thread
+            logger.debug("error discarding the connection of a failed I/O thread",
+                         exc_info=True)
 
     def _shutdown(self) -> None:
         connection = self._connection
@@ -461,23 +491,7 @@ class Subscription:
         if connection is not None and self._kept and connection.is_open:
             drop_connection(connection)
         elif connection is not None:
-            _close_quietly(connection)
-
-
-def _closing_reason(channel: BlockingChannel) -> BaseException:
-    reason: object = getattr(channel, "_closing_reason", None)  # set by pika when it closed
-    if isinstance(reason, BaseException):
-        return reason
-    closed: BaseException = pika.exceptions.ChannelClosed(0, "the consumer's channel closed")
-    return closed
-
-
-def _close_quietly(connection: pika.BlockingConnection) -> None:
-    if connection.is_open:
-        try:
-            connection.close()
-        except _RECOVERABLE:
-            logger.debug("error closing a failed connection", exc_info=True)
+            close_quietly(connection)
 
 
 def _nothing() -> None:

@@ -11,7 +11,10 @@ the guarantees of each mode.
 On PostgreSQL the keys of the deliveries in hand are claimed and then checked in two
 statements per prefetch batch (:meth:`Deduplicator.precheck`), so a task costs one INSERT
 (its record) after that; the claims of a batch are released together when its last key has
-run, or with the next batch's claim statement.
+run, or when the loop ends the batch (:meth:`Deduplicator.end_batch`) with deliveries that
+never ran (their channel was lost, they were settled before running, a stop). A claim never
+outlives the deliveries in hand, and a key recorded while its claim is still held counts as
+done for every other process (:class:`Duplicate`, not :class:`Busy`).
 """
 
 from __future__ import annotations
@@ -92,11 +95,10 @@ class Deduplicator:
         self._store: IdempotencyStore | None = None
         self.duplicates = 0
         # Keys this process recorded recently (spare a SELECT per duplicate); keys of the
-        # deliveries in hand claimed and found not done (PostgreSQL); keys another process
-        # had claimed at the batch's claim; claims this session holds (advisory locks count).
+        # deliveries in hand claimed and found not done (PostgreSQL); claims this session
+        # holds (advisory locks count).
         self._recorded: set[str] = set()
         self._ready: set[str] = set()
-        self._busy: set[str] = set()
         self._held: Counter[str] = Counter()
 
     @property
@@ -177,11 +179,17 @@ class Deduplicator:
         store = self.store
         if key in self._ready:
             return None
-        if key in self._busy:
-            return Busy(key)
         if store.claims_keys:
+            # Claimed again even when the batch found it busy: that claim may be gone since
+            # (its holder lost its connection, dropped the delivery, or finished).
             if not store.claim_many([key]):
-                return Busy(key)
+                # A holder that recorded the key may keep its claim until its batch ends:
+                # done is done, whoever holds the claim.
+                if not store.is_done(key):
+                    return Busy(key)
+                self.duplicates += 1
+                self._recorded.add(key)
+                return Duplicate(key)
             self._held[key] += 1
         if store.is_done(key):
             self.duplicates += 1
@@ -193,14 +201,14 @@ class Deduplicator:
         """Claim and check the keys of the deliveries in hand (before running them).
 
         On PostgreSQL, one statement releases the previous batch's claims and claims these
-        keys, and a second one checks the claimed keys: keys found done become duplicates,
-        the others run with no further statement, keys claimed elsewhere are :class:`Busy`.
+        keys, and a second one checks them all: keys found done become duplicates (claimed
+        here or not), the claimed others run with no further statement, and the rest, claimed
+        elsewhere, try again one by one when their turn comes (:class:`Busy` if still held).
         On SQLite only the keys found done are remembered; each task checks right before it
         runs. On a database error nothing is remembered: each task then tries on its own
         (and is sent back if that fails too).
         """
         self._ready.clear()
-        self._busy.clear()
         if len(self._recorded) > _RECORDED_MAX:
             self._recorded.clear()
         wanted = [key for key in dict.fromkeys(keys) if key not in self._recorded]
@@ -221,16 +229,27 @@ class Deduplicator:
         claimed = store.claim_many(wanted, release=release)
         self._held.clear()
         self._held.update(claimed)
-        done = store.done_among(claimed)
+        done = store.done_among(wanted)  # checked after the claim (see claim_many)
         self._recorded.update(done)
         self._ready.update(key for key in claimed if key not in done)
-        self._busy.update(set(wanted).difference(claimed))
 
     def _batch_key_done(self, key: str) -> None:
-        """Forget ``key``'s batch answers; release the claims once the batch has run."""
+        """Forget ``key``'s batch answer; release the claims once the batch has run."""
         self._ready.discard(key)
-        self._busy.discard(key)
         if self._held and not self._ready:
+            self.end_batch()
+
+    def end_batch(self) -> None:
+        """The deliveries in hand are all settled or dropped: release every claim left.
+
+        Claims of keys that never came to :meth:`run` stay otherwise: deliveries dropped
+        unexecuted because their channel was lost (the broker has handed them to another
+        consumer, which must be able to claim them), deliveries settled before running
+        (dead-lettered, postponed), or a batch cut short by a stop. No statement when none is
+        held, as when every key of the batch ran (the last one released them).
+        """
+        self._ready.clear()
+        if self._held:
             release = list(self._held.elements())
             self._held.clear()
             self.store.release_claims(release)

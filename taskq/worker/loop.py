@@ -153,8 +153,9 @@ class WorkerLoop:
         Raises:
             TopologyError: the queues cannot be declared as configured.
         """
-        get, handle = self._subscription.get, self.handle
+        get, handle, gives_back = self._subscription.get, self.handle, self._retrier.gives_back
         subscription, max_tasks = self._subscription, self._max_tasks
+        subscription.watch_progress(self._slot.io_at)  # the supervisor replaces a stalled one
         alive_at = self._slot.alive_at
         batch_max = self._batch_max
         while not self.stop_requested:
@@ -171,22 +172,27 @@ class WorkerLoop:
                 # Even for one delivery: it also forgets the previous batch's checks, whose
                 # deliveries may not have run (stale channel, stop) and may come back later.
                 self._precheck_or_skip(batch)
-            for item in batch:
-                if self._is_stopping():
-                    break  # unacked: the broker requeues what was not started
-                if item.generation != subscription.generation:
-                    # Its channel died; the broker already put the message back.
-                    logger.info("message %s from %s not run: its channel is gone; the broker "
-                                "redelivers it", item.message.message_id, item.queue)
-                    continue
-                try:
-                    handle(item)
-                except Exception as exc:  # a taskq bug, or a message nobody foresaw
-                    self._contain(item, exc)
-                if max_tasks and self.tasks_done >= max_tasks:
-                    logger.info("ran %d tasks (max_tasks_per_child); recycling",
-                                self.tasks_done)
-                    return
+            try:
+                for item in batch:
+                    if self._is_stopping():
+                        break  # unacked: the broker requeues what was not started
+                    if item.generation != subscription.generation:
+                        # Its channel died; the broker already put the message back.
+                        logger.info("message %s from %s not run: its channel is gone; the "
+                                    "broker redelivers it", item.message.message_id, item.queue)
+                        continue
+                    if gives_back(item):
+                        continue  # behind an earlier delivery of its partition (in_place.py)
+                    try:
+                        handle(item)
+                    except Exception as exc:  # a taskq bug, or a message nobody foresaw
+                        self._contain(item, exc)
+                    if max_tasks and self.tasks_done >= max_tasks:
+                        logger.info("ran %d tasks (max_tasks_per_child); recycling",
+                                    self.tasks_done)
+                        return
+            finally:  # claims of deliveries that did not run end here (dropped, stopped)
+                self._dedupe.end_batch()
 
     def _is_stopping(self) -> bool:
         # A method, not the attribute: a signal handler may set it between two deliveries.

@@ -18,12 +18,28 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from taskq.settings import Settings
     from taskq.worker.sidecars import Sidecar
 
 # A process that has not looked at its consumer for this long is unhealthy.
 HEALTH_STALE_S = 10.0
 # How often the health file is touched while healthy (probes check its age).
 HEALTH_TOUCH_INTERVAL_S = 1.0
+# Least time without progress of a process's consumer before the supervisor replaces it.
+STALLED_MIN_S = 30.0
+
+
+def stalled_after_s(settings: Settings) -> float:
+    """How long a worker process may hold no delivery and show no consumer progress.
+
+    A consumer's I/O thread shows progress about every 0.5 s while connected and every
+    second while it waits to reconnect; only a connect attempt is longer: up to twice
+    ``connect_timeout_s`` per broker URL. A process silent for longer than that, and for two
+    heartbeat intervals (by then the broker has given its connection up too), is stuck or
+    frozen, or its consumer thread is gone: it consumes nothing and is replaced.
+    """
+    connecting_s = 2 * settings.connect_timeout_s * len(settings.broker_urls)
+    return max(STALLED_MIN_S, 2.0 * settings.heartbeat_s, connecting_s + STALLED_MIN_S / 2)
 
 
 @dataclass(frozen=True)

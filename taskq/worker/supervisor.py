@@ -9,6 +9,9 @@ starts N worker processes with the *spawn* method and watches them every 100 ms:
   is dead-lettered after ``max_process_deaths`` deaths instead of looping;
 * a process past its task's hard ``time_limit_s`` is killed (SIGKILL), recorded the same way
   with reason ``TimeLimitExceeded``, and replaced;
+* a process that holds no delivery and whose broker consumer has shown no progress for a
+  while (:func:`~taskq.worker.monitoring.stalled_after_s`: its consumer thread stopped, or
+  the process is frozen) is killed and replaced, never left alive consuming nothing;
 * a process that exits 0 after ``max_tasks_per_child`` tasks is recycled, not counted as dead.
 
 Signal handlers only set flags. First SIGTERM or SIGINT: warm shutdown -- SIGTERM to every
@@ -34,7 +37,12 @@ from typing import TYPE_CHECKING, Any
 from taskq.broker.connection import declare, open_connection
 from taskq.settings import redact_url
 from taskq.worker.deaths import DeathLedger
-from taskq.worker.monitoring import HEALTH_STALE_S, Monitoring, SupervisorMonitor
+from taskq.worker.monitoring import (
+    HEALTH_STALE_S,
+    Monitoring,
+    SupervisorMonitor,
+    stalled_after_s,
+)
 from taskq.worker.preflight import ensure_idempotency_table, warn_about_long_time_limits
 from taskq.worker.process import (
     EXIT_FATAL,
@@ -133,6 +141,7 @@ class Supervisor:
         self._forced = False
         self._killed_running = False
         self._fatal = False
+        self._stalled_after_s = stalled_after_s(self.settings)
 
     @property
     def process_count(self) -> int:
@@ -310,6 +319,26 @@ class Supervisor:
             return
         if child.killed is None:
             self._kill_if_overdue(child, process, now)
+        if child.killed is None and not self._stopping_at:
+            self._kill_if_stalled(child, process, now)
+
+    def _kill_if_stalled(self, child: _Child, process: BaseProcess, now: float) -> None:
+        """Replace a process that holds no delivery and whose consumer shows no progress.
+
+        Its consumer stopped (its I/O thread is gone or stuck) or the whole process is
+        frozen: alive, it would consume nothing, and the broker may have handed its
+        partitions to nobody else (a single-active-consumer queue keeps a registered
+        consumer active while its connection lives).
+        """
+        if process.pid is None or not child.slot.is_stalled(now, self._stalled_after_s):
+            return
+        logger.error(
+            "worker process %d (pid %d) has consumed nothing and shown no progress of its "
+            "broker consumer for over %.0fs (its consumer thread stopped or the process is "
+            "frozen); killing it so that it is replaced", child.index, process.pid,
+            self._stalled_after_s,
+        )
+        kill_and_wait(process)
 
     def _kill_if_overdue(self, child: _Child, process: BaseProcess, now: float) -> None:
         pid = process.pid

@@ -182,6 +182,10 @@ class Slot:
         self._time_limit_s = context.Value("d", 0.0, lock=False)
         # Monotonic time the loop last saw its consumer connected (health checks).
         self.alive_at = context.Value("d", 0.0, lock=False)
+        # Monotonic time the consumer's I/O thread last showed it works, connected or
+        # reconnecting (Subscription.watch_progress): the supervisor replaces a process
+        # whose consumer stalled (see is_stalled).
+        self.io_at = context.Value("d", 0.0, lock=False)
 
     # -- the worker process ------------------------------------------------------------------
 
@@ -246,6 +250,14 @@ class Slot:
         """Consuming recently, or busy with a delivery (a long task is not a sick process)."""
         return bool(self._key_bytes.value) or now - float(self.alive_at.value) < stale_after_s
 
+    def is_stalled(self, now: float, stalled_after_s: float) -> bool:
+        """Holding no delivery, and no progress of its consumer for ``stalled_after_s``.
+
+        Judged once the consumer has started (start-up, app import included, has no limit).
+        """
+        io_at = float(self.io_at.value)
+        return not self._key_bytes.value and 0.0 < io_at < now - stalled_after_s
+
     # -- the supervisor ----------------------------------------------------------------------
 
     def kill_if_overdue(
@@ -278,3 +290,4 @@ class Slot:
             self._version.value += 1
         self._write(b"", 0.0, 0.0)
         self.alive_at.value = 0.0
+        self.io_at.value = 0.0

@@ -41,6 +41,9 @@ class Feed(Recorder):
         taken, self._ready = self._ready[:max_n], self._ready[max_n:]
         return taken
 
+    def watch_progress(self, stamp: Any) -> None:
+        """As Subscription.watch_progress; no I/O thread here to stamp it."""
+
 
 @pytest.fixture
 def app(tmp_path: Path) -> _App:
