@@ -188,8 +188,8 @@ def test_a_failed_member_fails_the_workflow_and_enqueues_link_error_once(app: Ap
     assert outbox(app) == []
     assert [m.state for m in read_members(app.engine, result.id)] == [
         MemberState.SUCCESS, MemberState.FAILURE, MemberState.FAILURE, MemberState.PENDING]
-    with pytest.raises(Exception, match=rf"member {wt.add.name} \({members[1].task_id}\) was "
-                       "dead-lettered: ValueError: bad input"):
+    with pytest.raises(Exception, match=rf"member {wt.add.name} \({members[1].task_id}\) "
+                       "failed: ValueError: bad input"):
         result.get(timeout_s=1)
 
 
