@@ -10,20 +10,25 @@ and longer ones go through the tiers (:mod:`taskq.delay.tiers`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from taskq.broker.delayed import PluginPublisher, PublishItem
-from taskq.broker.publisher import OUTAGE_REASONS
 from taskq.broker.topology import (
     DELAY_PLUGIN_MAX_MS,
     DELAY_TIERS_MAX_MS,
     Topology,
     delayed_exchange_name,
 )
-from taskq.delay.backend import CLOCK_SLICE, DelayedMessage, with_unsent
+from taskq.delay.backend import (
+    CLOCK_SLICE,
+    DelayedMessage,
+    PartFailure,
+    attempt_part,
+    combined_error,
+    with_unsent,
+)
 from taskq.delay.maths import X_DELAY, delayed_headers, epoch_ms, with_headers, x_delay
 from taskq.delay.tiers import TierDelay
-from taskq.errors import BrokerError, PublishError, TopologyError
 
 
 class PluginDelay:
@@ -69,25 +74,25 @@ class PluginDelay:
             PublishError: not confirmed; ``unconfirmed_ids`` lists every message of the call
                 that the broker did not confirm (from either part).
         """
-        failures: list[_Failure] = []
+        failures: list[PartFailure] = []
         if now_ms is not None:
             self._publish_slice(messages, now_ms, failures)
             if failures:
-                raise _combined(failures)
+                raise combined_error(failures)
             return
         # Connecting and declaring first, so that the x-delay is measured from the moment of
         # publishing; a large batch in slices, each measured when it is sent (CLOCK_SLICE).
-        _attempt(lambda: self.publisher.prepare({m.queue for m in messages}),
+        attempt_part(lambda: self.publisher.prepare({m.queue for m in messages}),
                  [m.wire.message_id for m in messages], failures)
         if failures:
-            raise _combined(failures)
+            raise combined_error(failures)
         for first in range(0, len(messages), CLOCK_SLICE):
             self._publish_slice(messages[first:first + CLOCK_SLICE], epoch_ms(), failures)
             if failures:
-                raise with_unsent(_combined(failures), messages[first + CLOCK_SLICE:])
+                raise with_unsent(combined_error(failures), messages[first + CLOCK_SLICE:])
 
     def _publish_slice(
-        self, messages: Sequence[DelayedMessage], now: int, failures: list[_Failure]
+        self, messages: Sequence[DelayedMessage], now: int, failures: list[PartFailure]
     ) -> None:
         """Short delays of ``messages`` to the plugin, the rest through the tiers, both
         attempted; a refused part is noted in ``failures``."""
@@ -100,41 +105,12 @@ class PluginDelay:
             else:
                 others.append(message)
         if others:
-            _attempt(lambda: self.tiers.publish_many(others, now_ms=now),
+            attempt_part(lambda: self.tiers.publish_many(others, now_ms=now),
                      [m.wire.message_id for m in others], failures)
         if plugin:
-            _attempt(lambda: self.publisher.publish_many(plugin),
+            attempt_part(lambda: self.publisher.publish_many(plugin),
                      [wire.message_id for _, _, wire in plugin], failures)
 
     def close(self) -> None:
         """Close the plugin publisher's connection."""
         self.publisher.close()
-
-
-_Failure = tuple[BrokerError, list[str | None]]
-
-
-def _attempt(publish: Callable[[], None], ids: list[str | None], failures: list[_Failure]) -> None:
-    """Run one part's ``publish``; on a refusal, note the error and the ids it left unconfirmed.
-
-    An error that names no ids (a ``TopologyError``, a failed connect) confirmed none of them.
-    """
-    try:
-        publish()
-    except (PublishError, TopologyError) as exc:
-        failures.append((exc, list(getattr(exc, "unconfirmed_ids", None) or ids)))
-
-
-def _combined(failures: list[_Failure]) -> PublishError:
-    """One ``PublishError`` for the failed parts; an outage's reason wins over a refusal's."""
-    reasons = [str(getattr(exc, "reason", "topology")) for exc, _ in failures]
-    reason = next((r for r in reasons if r in OUTAGE_REASONS), reasons[0])
-    unconfirmed = [i for _, ids in failures for i in ids]
-    first = failures[0][0]
-    return PublishError(
-        " Also: ".join(exc.message for exc, _ in failures),
-        url=getattr(first, "url", None),
-        queue=getattr(first, "queue", None),
-        reason=reason,
-        unconfirmed_ids=unconfirmed,
-    )

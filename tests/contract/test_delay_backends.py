@@ -19,12 +19,14 @@ import pytest
 from taskq import App, PublishError
 from taskq.broker import topology as topo
 from taskq.broker.delayed import declare_now, probe_delayed_message_plugin
+from taskq.broker.publisher import OUTAGE_REASONS
 from taskq.delay.backend import DelayedMessage
 from taskq.delay.maths import epoch_ms
 from taskq.message import CONTENT_TYPE, ETA, WireMessage
 from taskq.settings import Settings
 from tests.conftest import BROKER_URL
 from tests.support.arrivals import ArrivalRecorder
+from tests.support.proxy import TcpProxy
 from tests.support.waiting import wait_until
 
 # Late by less than this (docs/delays.md: measured p99 ~35 ms classic, ~50 ms quorum tiers).
@@ -197,6 +199,57 @@ class DelayBackendContract:
         for arrival in arrivals.arrivals[1:]:
             assert arrival.late_ms >= 0, arrival
         assert arrivals.by_id()["later"].late_ms < self.precision_ms
+
+
+    def test_a_refused_due_message_does_not_keep_the_delayed_ones_from_being_sent(
+        self, app: App, queue: str, arrivals: ArrivalRecorder
+    ) -> None:
+        # Given a queue that refuses publishes once full (x-overflow=reject-publish), full
+        full = f"{app.settings.namespace}.full"
+        app.queue(full, max_length=1, overflow="reject-publish")
+        app.publish_delayed_many([DelayedMessage(wire("filler"), full, epoch_ms() - 1)])
+
+        # When one call publishes a due message for it and a delayed one for another queue
+        now = epoch_ms()
+        with pytest.raises(PublishError) as caught:
+            app.publish_delayed_many([
+                DelayedMessage(wire("refused"), full, now - 1),
+                DelayedMessage(wire("later"), queue, now + 300),
+            ])
+
+        # Then the error names the refused one, and the delayed one was sent all the same
+        # (main: it was never sent, and the error did not name it)
+        assert caught.value.unconfirmed_ids == ["refused"]  # type: ignore[attr-defined]
+        wait_until(lambda: arrivals.ids() == ["later"], timeout_s=10,
+                   message=lambda: f"arrived: {arrivals.arrivals}")
+        assert arrivals.arrivals[0].late_ms >= 0
+
+    def test_an_outage_at_the_due_part_names_every_message_of_the_call(
+        self, make_app: Callable[..., App]
+    ) -> None:
+        with TcpProxy.for_url(BROKER_URL) as proxy:
+            # Given an app whose delay backend is chosen, then a broker it cannot reach
+            app = make_app("delays", broker_url=proxy.url(BROKER_URL), publish_timeout_s=1.0,
+                           connect_timeout_s=1.0, **self.settings)
+            queue = app.settings.default_queue
+            app.publish_delayed_many([DelayedMessage(wire("first"), queue, epoch_ms() + 60_000)])
+            proxy.cut()
+
+            # When one call publishes a due message and delayed ones
+            now = epoch_ms()
+            with pytest.raises(PublishError) as caught:
+                app.publish_delayed_many([
+                    DelayedMessage(wire("due"), queue, now - 1),
+                    DelayedMessage(wire("later-1"), queue, now + 60_000),
+                    DelayedMessage(wire("later-2"), queue, now + 120_000),
+                ])
+
+        # Then none was confirmed, and the error says so of every one (main: only "due",
+        # so a caller would take the delayed ones for sent)
+        error = caught.value
+        assert error.reason in OUTAGE_REASONS  # type: ignore[attr-defined]
+        assert sorted(error.unconfirmed_ids) == ["due", "later-1", "later-2"]  # type: ignore[attr-defined]
+        assert "2 delayed message(s)" in str(error)
 
 
 class TestClassicTierDelay(DelayBackendContract):
