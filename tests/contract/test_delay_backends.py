@@ -18,29 +18,19 @@ import pytest
 
 from taskq import App, PublishError
 from taskq.broker import topology as topo
-from taskq.broker.delayed import declare_now, probe_delayed_message_plugin
+from taskq.broker.delayed import declare_now
 from taskq.broker.publisher import OUTAGE_REASONS
 from taskq.delay.backend import CLOCK_SLICE, DelayedMessage, merge_declarations
 from taskq.delay.maths import epoch_ms
 from taskq.message import CONTENT_TYPE, ETA, WireMessage
-from taskq.settings import Settings
 from tests.conftest import BROKER_URL
 from tests.support.arrivals import ArrivalRecorder
+from tests.support.delay_plugin import auto_delay_backend, plugin_enabled
 from tests.support.proxy import TcpProxy
 from tests.support.waiting import wait_until
 
 # Late by less than this (docs/delays.md: measured p99 ~35 ms classic, ~50 ms quorum tiers).
 PRECISION_MS = 150
-
-_plugin_enabled: list[bool | None] = []
-
-
-def plugin_enabled() -> bool | None:
-    """Whether the test broker has the delayed-message plugin (probed once per session)."""
-    if not _plugin_enabled:
-        _plugin_enabled.append(probe_delayed_message_plugin(Settings(broker_url=BROKER_URL)))
-    return _plugin_enabled[0]
-
 
 def declare_queue(app: App, queue: str) -> None:
     """Declare ``queue`` as the app would, so that a consumer can start before any publish."""
@@ -412,7 +402,7 @@ def test_auto_picks_what_the_broker_has_and_logs_it(
     caplog.set_level(logging.INFO, logger="taskq.delay")
     app = make_app("delays")  # delay_backend="auto" is the default
 
-    expected = "plugin" if plugin_enabled() else "tiers"
+    expected = auto_delay_backend()
     assert app.delay_backend_name == expected
     assert app.delay_backend.name == expected
     assert f"delay backend: {expected} (auto: " in caplog.text
