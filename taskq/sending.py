@@ -17,9 +17,19 @@ from collections.abc import Callable, Sequence
 
 from taskq.broker.publisher import Publisher
 from taskq.broker.topology import Topology
-from taskq.delay.backend import DelayBackend, DelayDeclarer, DelayedMessage, due_item
+from taskq.delay.backend import (
+    DelayBackend,
+    DelayDeclarer,
+    DelayedMessage,
+    PartFailure,
+    attempt_part,
+    combined_error,
+    due_item,
+    is_outage,
+    with_unsent,
+)
 from taskq.delay.choosing import build_backend, choose_backend
-from taskq.delay.maths import epoch_ms
+from taskq.delay.maths import check_delay_ms, epoch_ms
 from taskq.errors import BrokerConnectionError, ConfigurationError, PublishError
 from taskq.settings import Settings
 
@@ -69,24 +79,49 @@ class Sender:
         """Publish messages each to be delivered at its ``eta_ms``, with confirms.
 
         Messages already due go straight to their queues; the others through the delay
-        backend (chosen on first use).
+        backend (chosen on first use, before anything is sent). A refusal of the due part
+        (a nack, a message AMQP cannot encode) does not keep the delayed part from being
+        sent; an outage does (it would only wait out its own timeout), and the error then
+        names the delayed messages too.
 
         Raises:
-            ConfigurationError: a delay is too long (nothing is published).
-            PublishError: not confirmed; ``unconfirmed_ids`` lists them where known.
-            TopologyError: a queue or delay tier exists with other arguments.
+            ConfigurationError: a delay is too long, or the backend cannot be had (nothing
+                is published).
+            PublishError: not confirmed; ``unconfirmed_ids`` lists every message of the
+                call that was not confirmed, sent or not (all others were). An error
+                without ids confirmed none.
+            TopologyError: a queue or delay tier exists with other arguments, and the call
+                had only due or only delayed messages (nothing was confirmed; in a call of
+                both it is a ``PublishError`` naming the messages of the refused part).
         """
         now = epoch_ms()
-        due = [due_item(self.topology, m) for m in messages if m.eta_ms <= now]
+        due = [m for m in messages if m.eta_ms <= now]
         later = [m for m in messages if m.eta_ms > now]
-        if len(due) == 1:
-            exchange, key, wire = due[0]
-            self.publisher.publish(wire, exchange=exchange, routing_key=key)
-        elif due:
-            self.publisher.publish_many(due)
-        if later:
+        backend = self.delay_backend if later else None
+        if backend is not None:
+            longest = max(m.eta_ms for m in later) - now
+            check_delay_ms(longest, backend.max_delay_ms, f"the {backend.name} delay backend")
+        failures: list[PartFailure] = []
+        if due:
+            attempt_part(lambda: self._publish_due(due), _ids(due), failures)
+            if failures and later and is_outage(failures[0][0]):
+                raise with_unsent(combined_error(failures), later) from failures[0][0]
+        if backend is not None:
             # The backend reads the clock itself, after any connecting and declaring.
-            self.delay_backend.publish_many(later)
+            attempt_part(lambda: backend.publish_many(later), _ids(later), failures)
+        if not failures:
+            return
+        if len(failures) == 1 and not (due and later):
+            raise failures[0][0]  # the whole call was one part: its own error says it all
+        raise combined_error(failures) from failures[0][0]
+
+    def _publish_due(self, due: Sequence[DelayedMessage]) -> None:
+        items = [due_item(self.topology, m) for m in due]
+        if len(items) == 1:
+            exchange, key, wire = items[0]
+            self.publisher.publish(wire, exchange=exchange, routing_key=key)
+        else:
+            self.publisher.publish_many(items)
 
     @property
     def delay_backend(self) -> DelayBackend:
@@ -176,6 +211,10 @@ class Sender:
                 self._delay_declarer = DelayDeclarer(self.settings, self.topology)
             declarer = self._delay_declarer
         return build_backend(kind, self.settings, self.topology, publisher, declarer)
+
+
+def _ids(messages: Sequence[DelayedMessage]) -> list[str | None]:
+    return [m.wire.message_id for m in messages]
 
 
 def _close_quietly(closeable: Publisher | DelayBackend, what: str) -> None:

@@ -12,9 +12,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from taskq.broker.delayed import PublishItem, declare_now
+from taskq.broker.publisher import OUTAGE_REASONS
 from taskq.broker.topology import Declarations, HeaderBindingSpec, Topology
 from taskq.delay.maths import delayed_headers, with_headers
-from taskq.errors import PublishError
+from taskq.errors import BrokerError, PublishError, TopologyError
 from taskq.message import WireMessage
 from taskq.settings import Settings
 
@@ -154,4 +155,45 @@ def with_unsent(exc: PublishError, unsent: Sequence[DelayedMessage]) -> PublishE
         "not sent",
         **attributes,
         unconfirmed_ids=named + [m.wire.message_id for m in unsent],
+    )
+
+
+#: A part of a call that the broker refused: the error, and the ids it left unconfirmed.
+PartFailure = tuple[BrokerError, list[str | None]]
+
+
+def attempt_part(
+    publish: Callable[[], None], ids: list[str | None], failures: list[PartFailure]
+) -> None:
+    """Run one part's ``publish``; on a refusal, note the error and the ids it left unconfirmed.
+
+    An error that names no ids (a ``TopologyError``, a failed connect) confirmed none of them.
+    """
+    try:
+        publish()
+    except (PublishError, TopologyError) as exc:
+        failures.append((exc, list(getattr(exc, "unconfirmed_ids", None) or ids)))
+
+
+def is_outage(exc: BrokerError) -> bool:
+    """Whether ``exc`` says the broker cannot be reached (``OUTAGE_REASONS``), not a refusal."""
+    return getattr(exc, "reason", None) in OUTAGE_REASONS
+
+
+def combined_error(failures: Sequence[PartFailure]) -> PublishError:
+    """One ``PublishError`` for the failed parts; an outage's reason wins over a refusal's."""
+    reasons = [str(getattr(exc, "reason", "topology")) for exc, _ in failures]
+    reason = next((r for r in reasons if r in OUTAGE_REASONS), reasons[0])
+    unconfirmed = [i for _, ids in failures for i in ids]
+    own: dict[str, str] = {}
+    for exc, _ in failures:
+        own.update(getattr(exc, "failures", None) or {})
+    first = failures[0][0]
+    return PublishError(
+        " Also: ".join(exc.message for exc, _ in failures),
+        url=getattr(first, "url", None),
+        queue=getattr(first, "queue", None),
+        reason=reason,
+        unconfirmed_ids=unconfirmed,
+        **({"failures": own} if own else {}),
     )

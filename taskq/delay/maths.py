@@ -57,7 +57,7 @@ def tier_levels(delay_ms: int) -> list[int]:
     Raises:
         ConfigurationError: ``delay_ms`` is not an int in 0 .. ``DELAY_TIERS_MAX_MS``.
     """
-    _check_delay_ms(delay_ms, DELAY_TIERS_MAX_MS, "the delay tiers")
+    check_delay_ms(delay_ms, DELAY_TIERS_MAX_MS, "the delay tiers")
     return [level for level in range(delay_ms.bit_length() - 1, -1, -1) if delay_ms >> level & 1]
 
 
@@ -83,11 +83,16 @@ def x_delay(delay_ms: int) -> int:
     Raises:
         ConfigurationError: not an int in 0 .. ``DELAY_PLUGIN_MAX_MS``.
     """
-    _check_delay_ms(delay_ms, DELAY_PLUGIN_MAX_MS, "the delayed-message plugin")
+    check_delay_ms(delay_ms, DELAY_PLUGIN_MAX_MS, "the delayed-message plugin")
     return delay_ms
 
 
-def _check_delay_ms(delay_ms: int, limit_ms: int, what: str) -> None:
+def check_delay_ms(delay_ms: int, limit_ms: int, what: str) -> None:
+    """Refuse a delay that is not whole milliseconds in 0 .. ``limit_ms`` (``what`` holds it).
+
+    Raises:
+        ConfigurationError: it is not, with what to do instead.
+    """
     if delay_ms.__class__ is not int:
         raise ConfigurationError(f"a delay must be whole milliseconds (int), not {delay_ms!r}")
     if not 0 <= delay_ms <= limit_ms:

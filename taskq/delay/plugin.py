@@ -10,20 +10,35 @@ and longer ones go through the tiers (:mod:`taskq.delay.tiers`).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Sequence
+from functools import partial
 
 from taskq.broker.delayed import PluginPublisher, PublishItem
-from taskq.broker.publisher import OUTAGE_REASONS
 from taskq.broker.topology import (
     DELAY_PLUGIN_MAX_MS,
     DELAY_TIERS_MAX_MS,
     Topology,
     delayed_exchange_name,
 )
-from taskq.delay.backend import CLOCK_SLICE, DelayedMessage, with_unsent
-from taskq.delay.maths import X_DELAY, delayed_headers, epoch_ms, with_headers, x_delay
+from taskq.delay.backend import (
+    CLOCK_SLICE,
+    DelayedMessage,
+    PartFailure,
+    attempt_part,
+    combined_error,
+    with_unsent,
+)
+from taskq.delay.maths import (
+    X_DELAY,
+    check_delay_ms,
+    delayed_headers,
+    epoch_ms,
+    with_headers,
+    x_delay,
+)
 from taskq.delay.tiers import TierDelay
-from taskq.errors import BrokerError, PublishError, TopologyError
+from taskq.errors import PublishError, TopologyError
 
 
 class PluginDelay:
@@ -61,33 +76,59 @@ class PluginDelay:
 
         Both parts are always attempted: a refusal of one part never keeps the other from
         being sent, and the error accounts for every message of the call. A large batch is
-        sent in slices of ``CLOCK_SLICE``, each slice's delays measured when it is sent; after
-        a refused slice the later ones are not sent (and counted unconfirmed).
+        sent in slices of ``CLOCK_SLICE``, each slice's delays measured when it is sent (after
+        declaring what it needs); after a refused slice the later ones are not sent (and
+        counted unconfirmed).
 
         Raises:
             ConfigurationError: a delay is longer than ``max_delay_ms`` (nothing published).
             PublishError: not confirmed; ``unconfirmed_ids`` lists every message of the call
                 that the broker did not confirm (from either part).
         """
-        failures: list[_Failure] = []
+        failures: list[PartFailure] = []
         if now_ms is not None:
             self._publish_slice(messages, now_ms, failures)
             if failures:
-                raise _combined(failures)
+                raise combined_error(failures)
             return
-        # Connecting and declaring first, so that the x-delay is measured from the moment of
-        # publishing; a large batch in slices, each measured when it is sent (CLOCK_SLICE).
-        _attempt(lambda: self.publisher.prepare({m.queue for m in messages}),
-                 [m.wire.message_id for m in messages], failures)
-        if failures:
-            raise _combined(failures)
+        if messages:  # validated first: a too long delay leaves the whole call unsent
+            longest = max(m.eta_ms for m in messages) - epoch_ms()
+            check_delay_ms(max(0, longest), self.max_delay_ms, "the delay tiers")
+        # A large batch goes in slices, each measured when it is sent (CLOCK_SLICE). Each
+        # slice's queues are declared again (PluginPublisher) and any tiers it needs declared
+        # *before* its clock is read: declaring 200 queues takes about 0.3 s here, which
+        # every message of the slice would otherwise arrive late by.
         for first in range(0, len(messages), CLOCK_SLICE):
-            self._publish_slice(messages[first:first + CLOCK_SLICE], epoch_ms(), failures)
+            part = messages[first:first + CLOCK_SLICE]
+            attempt_part(partial(self._prepare, part), [m.wire.message_id for m in part],
+                         failures)
+            if not failures:
+                self._publish_slice(part, epoch_ms(), failures)
             if failures:
-                raise with_unsent(_combined(failures), messages[first + CLOCK_SLICE:])
+                raise with_unsent(combined_error(failures), messages[first + CLOCK_SLICE:])
+
+    def _prepare(self, messages: Sequence[DelayedMessage]) -> None:
+        """Connect and declare what ``messages`` need, split as :meth:`_publish_slice` will
+        split them (a message that falls due meanwhile goes through the tiers, declared then).
+
+        The tiers' part is best effort: a refusal there is met again when that part is
+        published, and then keeps only that part from being sent.
+
+        Raises:
+            PublishError: the broker is unreachable.
+            TopologyError: a work queue exists with other arguments.
+        """
+        now = epoch_ms()
+        plugin = {m.queue for m in messages if 0 < m.eta_ms - now <= DELAY_PLUGIN_MAX_MS}
+        others = [m for m in messages if not 0 < m.eta_ms - now <= DELAY_PLUGIN_MAX_MS]
+        if plugin:
+            self.publisher.prepare(plugin)
+        if others:
+            with contextlib.suppress(PublishError, TopologyError):
+                self.tiers.prepare(others, now_ms=now)
 
     def _publish_slice(
-        self, messages: Sequence[DelayedMessage], now: int, failures: list[_Failure]
+        self, messages: Sequence[DelayedMessage], now: int, failures: list[PartFailure]
     ) -> None:
         """Short delays of ``messages`` to the plugin, the rest through the tiers, both
         attempted; a refused part is noted in ``failures``."""
@@ -100,41 +141,12 @@ class PluginDelay:
             else:
                 others.append(message)
         if others:
-            _attempt(lambda: self.tiers.publish_many(others, now_ms=now),
+            attempt_part(lambda: self.tiers.publish_many(others, now_ms=now),
                      [m.wire.message_id for m in others], failures)
         if plugin:
-            _attempt(lambda: self.publisher.publish_many(plugin),
+            attempt_part(lambda: self.publisher.publish_many(plugin),
                      [wire.message_id for _, _, wire in plugin], failures)
 
     def close(self) -> None:
         """Close the plugin publisher's connection."""
         self.publisher.close()
-
-
-_Failure = tuple[BrokerError, list[str | None]]
-
-
-def _attempt(publish: Callable[[], None], ids: list[str | None], failures: list[_Failure]) -> None:
-    """Run one part's ``publish``; on a refusal, note the error and the ids it left unconfirmed.
-
-    An error that names no ids (a ``TopologyError``, a failed connect) confirmed none of them.
-    """
-    try:
-        publish()
-    except (PublishError, TopologyError) as exc:
-        failures.append((exc, list(getattr(exc, "unconfirmed_ids", None) or ids)))
-
-
-def _combined(failures: list[_Failure]) -> PublishError:
-    """One ``PublishError`` for the failed parts; an outage's reason wins over a refusal's."""
-    reasons = [str(getattr(exc, "reason", "topology")) for exc, _ in failures]
-    reason = next((r for r in reasons if r in OUTAGE_REASONS), reasons[0])
-    unconfirmed = [i for _, ids in failures for i in ids]
-    first = failures[0][0]
-    return PublishError(
-        " Also: ".join(exc.message for exc, _ in failures),
-        url=getattr(first, "url", None),
-        queue=getattr(first, "queue", None),
-        reason=reason,
-        unconfirmed_ids=unconfirmed,
-    )

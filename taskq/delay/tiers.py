@@ -92,15 +92,7 @@ class TierDelay:
             return
         now = epoch_ms() if now_ms is None else now_ms
         items = [self.item(message, now_ms=now) for message in messages]  # validates first
-        tiers = self.queue_type if any(i[0] != self.topology.exchange for i in items) else None
-        try:
-            declared = self.declarer.ensure(tiers=tiers, queues=(m.queue for m in messages))
-        except BrokerConnectionError as exc:
-            raise PublishError(
-                f"{exc.message}; the delayed message(s) were not published",
-                reason="unreachable",
-                unconfirmed_ids=[m.wire.message_id for m in messages],
-            ) from exc
+        declared = self._ensure(messages, items)
         if now_ms is not None or len(messages) <= CLOCK_SLICE:
             if declared and now_ms is None:  # declaring took a while: measure from now
                 items = [self.item(message, now_ms=epoch_ms()) for message in messages]
@@ -115,6 +107,33 @@ class TierDelay:
                 self._send([self.item(message, now_ms=now) for message in part])
             except PublishError as exc:
                 raise with_unsent(exc, messages[first + CLOCK_SLICE:]) from exc
+
+    def prepare(self, messages: Sequence[DelayedMessage], *, now_ms: int) -> bool:
+        """Declare what ``messages`` need (the tiers unless all are due, and their queues).
+
+        Declared once per process (the declarer remembers), so that a caller that reads the
+        clock afterwards does not measure the declaring into the delays.
+
+        Returns:
+            Whether anything was declared (it took a round trip to the broker).
+
+        Raises:
+            ConfigurationError: a delay is longer than ``max_delay_ms``.
+            PublishError: the broker is unreachable.
+            TopologyError: a tier or a work queue exists with other arguments.
+        """
+        return self._ensure(messages, [self.item(message, now_ms=now_ms) for message in messages])
+
+    def _ensure(self, messages: Sequence[DelayedMessage], items: list[PublishItem]) -> bool:
+        tiers = self.queue_type if any(i[0] != self.topology.exchange for i in items) else None
+        try:
+            return self.declarer.ensure(tiers=tiers, queues=(m.queue for m in messages))
+        except BrokerConnectionError as exc:
+            raise PublishError(
+                f"{exc.message}; the delayed message(s) were not published",
+                reason="unreachable",
+                unconfirmed_ids=[m.wire.message_id for m in messages],
+            ) from exc
 
     def _send(self, items: list[PublishItem]) -> None:
         try:

@@ -298,10 +298,16 @@ class ClusterScenario:
 
     def lateness_ms(self) -> list[int]:
         """How late (ms after its ``taskq-eta``) each execution that had an eta started."""
-        if not self.executions_path.exists():
-            return []
-        fields = (line.split() for line in self.executions_path.read_text().splitlines())
+        fields = (line.split() for line in self.execution_lines())
         return sorted(int(f[4]) for f in fields if f[4] != "-")
+
+    def execution_lines(self) -> list[str]:
+        """The lines the tasks wrote so far (none before the first execution): one read,
+        never an exists-check first."""
+        try:
+            return self.executions_path.read_text().splitlines()
+        except FileNotFoundError:
+            return []
 
     def tier_messages(self) -> int:
         """Messages in the scenario's delay tiers, counted by a live node (incl. dead letters
@@ -322,11 +328,10 @@ class ClusterScenario:
         self.notes["consumer_connects"] = str(self.consumer_connects()).replace(" ", "")
         executions: Counter[str] = Counter()
         max_count = 0
-        if self.executions_path.exists():
-            for line in self.executions_path.read_text().splitlines():
-                _, task_id, _, count, _ = line.split()
-                executions[task_id] += 1
-                max_count = max(max_count, int(count))
+        for line in self.execution_lines():
+            _, task_id, _, count, _ = line.split()
+            executions[task_id] += 1
+            max_count = max(max_count, int(count))
         with self.engine.connect() as conn:
             effects = Counter(row[0] for row in conn.execute(sa.select(tasks.effects.c.task_id)))
             queued = {row[0] for row in conn.execute(sa.text("SELECT id FROM taskq_outbox"))}

@@ -156,7 +156,7 @@ def test_delayed_retries_in_quorum_tiers_survive_a_node_death(scenario_factory, 
 
     def retries_waiting() -> bool:
         # One line for the declaring task, then one per first attempt (each schedules a retry)
-        lines = scenario.executions_path.read_text().splitlines()
+        lines = scenario.execution_lines()
         return len(lines) >= 1 + 240
 
     scenario.wait_until(retries_waiting, 120, "most first attempts failed")

@@ -15,12 +15,12 @@ import logging
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
 from pathlib import Path
 
+from tests.support.processes import kill_process, wait_gone
 from tests.support.rabbitmq_nodes import answers, free_port, speaks_amqp
 from tests.support.waiting import wait_until
 
@@ -30,25 +30,6 @@ RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
 BOOT_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
-
-
-def _kill_pid(pid: int | None, signum: int = signal.SIGKILL) -> None:
-    if pid is not None:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signum)
-
-
-def _wait_gone(pid: int, timeout_s: float) -> None:
-    def gone() -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        # a zombie of ours counts as gone
-        stat = Path(f"/proc/{pid}/stat")
-        return not stat.exists() or stat.read_text().split()[2] == "Z"
-
-    wait_until(gone, timeout_s=timeout_s, interval_s=0.05, message=f"pid {pid} to exit")
 
 
 class PrivateRabbit:
@@ -157,13 +138,15 @@ class PrivateRabbit:
         pid = self.beam_pid
         if pid is None:
             raise RuntimeError("the private RabbitMQ node is not running")
-        _kill_pid(pid)
-        _wait_gone(pid, STOP_TIMEOUT_S)
-        if self._script is not None:
+        script = self._script
+        # beam.smp is a child of the server script; if it has exited, its PID is not ours
+        kill_process(pid, parent=script.pid if script is not None else None)
+        wait_gone(pid, timeout_s=STOP_TIMEOUT_S, what=f"beam.smp of {self.node}")
+        if script is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self._script.wait(STOP_TIMEOUT_S)
-            _kill_pid(self._script.pid)
-            self._script.wait(STOP_TIMEOUT_S)
+                script.wait(STOP_TIMEOUT_S)
+            script.kill()  # a no-op once reaped: Popen never signals a PID it gave back
+            script.wait(STOP_TIMEOUT_S)
         self.beam_pid = None
         return pid
 
@@ -171,8 +154,8 @@ class PrivateRabbit:
         """Kill the node and its epmd, and remove every file of theirs."""
         if self.beam_pid is not None:
             self.kill()
-        if self._script is not None and self._script.poll() is None:
-            _kill_pid(self._script.pid)
+        if self._script is not None:
+            self._script.kill()  # a no-op once it has been reaped
             self._script.wait(STOP_TIMEOUT_S)
         if self._epmd is not None and self._epmd.poll() is None:
             self._epmd.kill()

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import threading
 import time
 
@@ -51,7 +49,7 @@ def test_relay_kill_storm_publishes_every_committed_row(scenario_factory):
         relay = _start_relay(scenario)
         time.sleep(scenario.rng.uniform(0.2, 0.8))  # the kill lands 0.2-0.8 s into the flush
         pending = scenario.outbox_rows()
-        os.kill(relay.pid, signal.SIGKILL)
+        relay.process.kill()  # our child, not reaped yet: its PID is still its own
         relay.process.wait(30)
         scenario.schedule.add(f"kill relay {relay.pid} ({pending} rows waiting)")
         landed += bool(pending)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
 import time
 from collections import Counter
 
@@ -11,19 +9,22 @@ import pytest
 
 from tests.faults import tasks
 from tests.faults.conftest import SCALE, done_timeout_s, scaled
+from tests.support.processes import kill_process
 from tests.support.waiting import wait_until
+from tests.system.workers import Worker
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow, pytest.mark.timeout(900)]
 
 PROCESSES = 4
 
 
-def _kill(pid: int) -> bool:
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        return False
-    return True
+def _kill(worker: Worker, pid: int) -> bool:
+    """SIGKILL ``pid`` if it is still a child of ``worker``'s supervisor.
+
+    A child may have exited since it was listed, and its PID been given to a process of
+    another test run: that one is never signalled.
+    """
+    return kill_process(pid, parent=worker.pid)
 
 
 def _replaced(children: set[int], killed: set[int]) -> set[int]:
@@ -46,7 +47,7 @@ def test_child_kill_storm_loses_nothing_and_duplicates_no_effect(scenario_factor
         children = sorted(worker.children())
         if children:
             victim = scenario.rng.choice(children)
-            if _kill(victim):
+            if _kill(worker, victim):
                 scenario.schedule.add(f"kill child {victim}")
     # ...then every child at once, three times, each time once 4 new ones are back.
     killed: set[int] = set()
@@ -55,7 +56,7 @@ def test_child_kill_storm_loses_nothing_and_duplicates_no_effect(scenario_factor
             lambda: _replaced(worker.children(), killed),
             timeout_s=60, message=lambda: f"{PROCESSES} children; log:\n{worker.log()[-3000:]}",
         )
-        killed.update(pid for pid in sorted(fresh) if _kill(pid))
+        killed.update(pid for pid in sorted(fresh) if _kill(worker, pid))
         scenario.schedule.add(f"kill all children {'/'.join(map(str, sorted(fresh)))}")
 
     scenario.wait_all_done(timeout_s=done_timeout_s(240))

@@ -13,6 +13,7 @@ from taskq import App
 from taskq.worker import process
 from taskq.worker.loop import WorkerLoop
 from taskq.worker.time_limits import Slot
+from tests.support.delay_plugin import auto_delay_backend
 
 
 def test_an_unexpected_failure_of_the_consumer_is_logged_and_the_process_exits_to_be_replaced(
@@ -69,6 +70,6 @@ def test_worker_and_relay_processes_take_the_supervisors_delay_backend_without_p
 
     # Then the child uses the supervisor's choice without asking the broker again, and the
     # relay process gets the same spec
-    assert spec.delay_backend == app.delay_backend_name == kind == "tiers"
+    assert spec.delay_backend == app.delay_backend_name == kind == auto_delay_backend()
     assert supervisor._relay is not None and supervisor._relay._spec == spec
     assert probes == ["probe"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,12 +32,12 @@ class ArrivalRecorder:
 
     Args:
         url: AMQP URL.
-        queue: An existing queue.
+        queue: An existing queue, or several (one consumer each, on the same channel).
     """
 
-    def __init__(self, url: str, queue: str) -> None:
+    def __init__(self, url: str, queue: str | Sequence[str]) -> None:
         self.url = url
-        self.queue = queue
+        self.queues = [queue] if isinstance(queue, str) else list(queue)
         self.arrivals: list[Arrival] = []
         self._stop = threading.Event()
         self._ready = threading.Event()
@@ -47,7 +48,9 @@ class ArrivalRecorder:
         """Start consuming; returns once the consumer is registered."""
         self._thread.start()
         if not self._ready.wait(10):
-            raise AssertionError(f"consumer on {self.queue!r} did not start: {self._error!r}")
+            raise AssertionError(
+                f"consumer on {', '.join(self.queues)} did not start: {self._error!r}"
+            )
         return self
 
     def ids(self) -> list[str]:
@@ -67,7 +70,8 @@ class ArrivalRecorder:
         try:
             connection = pika.BlockingConnection(pika.URLParameters(self.url))
             channel = connection.channel()
-            channel.basic_consume(self.queue, self._on_message, auto_ack=True)
+            for queue in self.queues:
+                channel.basic_consume(queue, self._on_message, auto_ack=True)
         except BaseException as exc:  # reported by start()
             self._error = exc
             return

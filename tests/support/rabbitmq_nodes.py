@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from tests.support.processes import kill_process, process_gone, wait_gone
 from tests.support.waiting import wait_until
 
 logger = logging.getLogger(__name__)
@@ -99,15 +100,6 @@ def answers(port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    stat = Path(f"/proc/{pid}/stat")  # a zombie of ours counts as gone
-    return not stat.exists() or stat.read_text().split()[2] == "Z"
 
 
 class RabbitNode:
@@ -220,10 +212,10 @@ class RabbitNode:
         pid = self.beam_pid
         if pid is None:
             raise RuntimeError(f"{self.name} is not running")
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-        wait_until(lambda: _gone(pid), timeout_s=STOP_TIMEOUT_S, interval_s=0.02,
-                   message=f"beam.smp {pid} of {self.name} to exit")
+        # beam.smp is a child of the server script; if it has exited, its PID is not ours
+        script = self._script
+        kill_process(pid, parent=script.pid if script is not None else None)
+        wait_gone(pid, timeout_s=STOP_TIMEOUT_S, what=f"beam.smp of {self.name}")
         self._reap_script()
         self.beam_pid = None
         return pid
@@ -234,13 +226,12 @@ class RabbitNode:
         if pid is None:
             return
         self.ctl("stop", timeout_s=STOP_TIMEOUT_S)
-        wait_until(lambda: _gone(pid), timeout_s=STOP_TIMEOUT_S, interval_s=0.05,
-                   message=f"beam.smp {pid} of {self.name} to exit after stop")
+        wait_gone(pid, timeout_s=STOP_TIMEOUT_S, what=f"beam.smp of {self.name} after stop")
         self._reap_script()
         self.beam_pid = None
 
     def is_alive(self) -> bool:
-        return self.beam_pid is not None and not _gone(self.beam_pid)
+        return self.beam_pid is not None and not process_gone(self.beam_pid)
 
     def _reap_script(self) -> None:
         script = self._script
