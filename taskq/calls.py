@@ -51,9 +51,11 @@ class CallShape:
         self._simple = all(p.kind is _SIMPLE for p in parameters)
         self._names = tuple(p.name for p in parameters)
         self._known = frozenset(self._names)
+        # In a simple signature every required parameter comes before the defaulted ones.
         self._required = tuple(
-            (i, p.name) for i, p in enumerate(parameters) if p.default is inspect.Parameter.empty
+            p.name for p in parameters if p.default is inspect.Parameter.empty
         )
+        self._most = len(parameters)
 
     def check(self, args: Sequence[Any], kwargs: Mapping[str, Any] | None) -> None:
         """Raise ``TypeError`` if the function could not be called with ``args, kwargs``.
@@ -75,12 +77,14 @@ class CallShape:
 
     def _fits(self, args: Sequence[Any], kwargs: Mapping[str, Any] | None) -> bool:
         given = len(args)
-        if given > len(self._names):
+        if not kwargs:
+            return len(self._required) <= given <= self._most
+        if given > self._most or not self._known.issuperset(kwargs):
             return False
-        if kwargs:
-            if not self._known.issuperset(kwargs):
-                return False
-            if any(name in kwargs for name in self._names[:given]):
+        for name in self._names[:given]:
+            if name in kwargs:
                 return False  # given twice, positionally and by keyword
-            return all(i < given or name in kwargs for i, name in self._required)
-        return all(i < given for i, _ in self._required)
+        for name in self._required[given:]:
+            if name not in kwargs:
+                return False
+        return True
