@@ -319,7 +319,9 @@ class Subscription:
         return self._stopping
 
     def _connect(self, attempt: int) -> None:
-        connection = open_connection(self._settings, client_name=self._client_name)
+        connection = open_connection(
+            self._settings, client_name=self._client_name, broker=self._topology.broker
+        )
         try:
             channel = self._prepare_channel(connection)
         except BaseException:
@@ -436,7 +438,7 @@ class Subscription:
                     if ack_up_to:
                         channel.basic_ack(ack_up_to, multiple=True)
                         ack_up_to = 0
-                    channel.basic_reject(delivery.delivery_tag, requeue=action == REQUEUE)
+                    _reject(channel, delivery.delivery_tag, requeue=action == REQUEUE)
             if ack_up_to and channel is not None:
                 channel.basic_ack(ack_up_to, multiple=True)  # BlockingChannel writes it now
         finally:
@@ -492,6 +494,16 @@ class Subscription:
             drop_connection(connection)
         elif connection is not None:
             close_quietly(connection)
+
+
+def _reject(channel: BlockingChannel, tag: int, *, requeue: bool) -> None:
+    # A requeue goes as basic.nack: RabbitMQ 4.3 counts basic.reject(requeue) against a
+    # quorum queue's delivery limit and basic.nack not, so a delivery taskq gives back (a
+    # fault that is not the message's) spends nothing; 3.x treats both alike.
+    if requeue:
+        channel.basic_nack(tag, requeue=True)
+    else:
+        channel.basic_reject(tag, requeue=False)
 
 
 def _nothing() -> None:
