@@ -133,8 +133,9 @@ class App:
 
         Call this before the first publish to or consume from the queue. Split lanes by
         giving critical work a quorum queue and background work a TTL and a max length.
-        ``type`` defaults to the ``default_queue_type`` setting. Quorum queues have no
-        priorities: publishing a task with a priority to one raises ``ConfigurationError``.
+        ``type`` defaults to the ``default_queue_type`` setting. Quorum queues take
+        priorities on RabbitMQ 4.x only: on 3.x a priority raises ``ConfigurationError``
+        (docs/rabbitmq.md).
         ``partitions=N`` makes an ordered queue: N partition queues with single active
         consumer; tasks of one ordering key run one at a time, in order (docs/ordering.md).
 
