@@ -14,11 +14,13 @@ from contextlib import AbstractContextManager
 from datetime import timedelta
 from typing import Any, Concatenate, Literal, ParamSpec, TypeVar, overload
 
+from taskq.broker.connection import open_connection
 from taskq.broker.publisher import Publisher
 from taskq.broker.topology import QueueOptions, Topology, validate_queue_name
+from taskq.broker.versions import BrokerFacts
 from taskq.delay.backend import DelayBackend, DelayedMessage
 from taskq.delay.maths import delay_ms_from_s, epoch_ms, eta_ms_of
-from taskq.errors import ConfigurationError
+from taskq.errors import BrokerConnectionError, ConfigurationError
 from taskq.message import WireMessage, gc_paused
 from taskq.registry import TaskRegistry
 from taskq.results import AsyncResult
@@ -131,8 +133,9 @@ class App:
 
         Call this before the first publish to or consume from the queue. Split lanes by
         giving critical work a quorum queue and background work a TTL and a max length.
-        ``type`` defaults to the ``default_queue_type`` setting. Quorum queues have no
-        priorities: publishing a task with a priority to one raises ``ConfigurationError``.
+        ``type`` defaults to the ``default_queue_type`` setting. Quorum queues take
+        priorities on RabbitMQ 4.x only: on 3.x a priority raises ``ConfigurationError``
+        (docs/rabbitmq.md).
         ``partitions=N`` makes an ordered queue: N partition queues with single active
         consumer; tasks of one ordering key run one at a time, in order (docs/ordering.md).
 
@@ -458,12 +461,29 @@ class App:
         return Road(
             app_name=self.name, topology=self._topology,
             max_message_size_bytes=self.settings.max_message_size_bytes,
+            learn_broker=self._learn_broker,
         )
 
     def _build_topology(self) -> Topology:
+        known = getattr(self, "_topology", None)  # what the connections learnt stays known
         return Topology(
             namespace=self.settings.namespace,
             default_max_priority=self.settings.default_max_priority,
             queues=self._queues,
             default_queue_type=self.settings.default_queue_type,  # type: ignore[arg-type]
+            broker=known.broker if known is not None else BrokerFacts(),
         )
+
+    def _learn_broker(self) -> None:
+        """Connect once to read the broker's version (see :class:`~taskq.road.Road`)."""
+        try:
+            connection = open_connection(
+                self.settings, client_name="taskq version", broker=self._topology.broker
+            )
+        except BrokerConnectionError as exc:
+            logger.warning("cannot read the broker's version: %s", exc.message)
+            return
+        try:
+            connection.close()
+        except Exception:  # closing is best effort: the version is read already
+            logger.debug("error closing the version connection", exc_info=True)

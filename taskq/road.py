@@ -25,8 +25,9 @@ Pure: no I/O.
 
 from __future__ import annotations
 
+import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -43,6 +44,8 @@ from taskq.message import (
     new_task_id,
 )
 from taskq.ordering.routing import route
+
+logger = logging.getLogger(__name__)
 
 
 class RoadTask(Protocol):
@@ -88,16 +91,34 @@ class Outgoing:
 class Road:
     """Builds, checks and routes the new messages of one app.
 
+    Whether a quorum queue takes priorities depends on the broker's version (none on
+    RabbitMQ 3.x), which the app's connections learn at connect (``topology.broker``). A
+    call that needs it before any connection of this process -- a priority for a quorum
+    queue enqueued through the outbox first thing -- has ``learn_broker`` open one short
+    connection, once; every later call decides from what is known, with no round trip.
+    When the broker cannot be reached then, the priority is accepted (the outbox is there
+    to take work during an outage) with a warning: on RabbitMQ 3.x it will be ignored.
+
     Args:
         app_name: Sent as every message's ``app_id``.
         topology: The app's queues (kinds, partitions), read at each call.
         max_message_size_bytes: Largest encoded body accepted.
+        learn_broker: Connects once to learn the broker's version into
+            ``topology.broker`` (errors are its own to handle); ``None``: never connect.
     """
 
-    def __init__(self, *, app_name: str, topology: Topology, max_message_size_bytes: int) -> None:
+    def __init__(
+        self,
+        *,
+        app_name: str,
+        topology: Topology,
+        max_message_size_bytes: int,
+        learn_broker: Callable[[], None] | None = None,
+    ) -> None:
         self.app_name = app_name
         self.topology = topology
         self.max_message_size_bytes = max_message_size_bytes
+        self._learn_broker = learn_broker
         self._valid_queues: set[str] = set()
 
     def build(
@@ -134,7 +155,7 @@ class Road:
         task.check_call(args, kwargs)
         chosen = task.default_priority if priority is None else _priority(priority, task.name)
         if chosen:
-            self.topology.check_priority(target, chosen, task.name)
+            self.check_priority(target, chosen, task.name)
         key = task.ordering_key_of(args, kwargs, target, ordering_key)
         extra = dict(headers) if headers else {}
         if key is not None:
@@ -156,6 +177,38 @@ class Road:
         self.check_size(envelope, target, len(wire.body))
         destination = route(self.topology, extra, target, task.name)
         return Outgoing(envelope, wire, target, destination)
+
+    def check_priority(self, queue: str, priority: int, task: str) -> None:
+        """Refuse ``priority`` where ``queue`` would ignore it (see the class docstring).
+
+        Raises:
+            ConfigurationError: an ordered queue, or a quorum queue on RabbitMQ 3.x.
+        """
+        if self._needs_broker(queue) and self._learn_broker is not None:
+            self._learn_broker()
+        if self._needs_broker(queue):
+            logger.warning(
+                "task %s: priority %d for quorum queue %r accepted without knowing the "
+                "broker's version (it could not be reached): RabbitMQ 4.x honours it, 3.x "
+                "runs the task in arrival order", task, priority, queue,
+                extra={"task": task, "queue": queue},
+            )
+            return
+        self.topology.check_priority(queue, priority, task)
+
+    def takes_priorities(self, queue: str) -> bool:
+        """Whether ``queue`` honours priorities on this app's broker (learnt if need be)."""
+        if self._needs_broker(queue) and self._learn_broker is not None:
+            self._learn_broker()
+        return self.topology.takes_priorities(queue) or self._needs_broker(queue)
+
+    def _needs_broker(self, queue: str) -> bool:
+        """Whether a priority for ``queue`` depends on a broker version not known yet."""
+        options = self.topology.options(queue)
+        return (
+            options.type == "quorum" and options.partitions is None
+            and self.topology.broker.version is None
+        )
 
     def reroute(self, wire: WireMessage, queue: str) -> str:
         """Where a copy of a message that already took this road goes for ``queue``.

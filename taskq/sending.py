@@ -153,7 +153,9 @@ class Sender:
         with self._delay_lock:
             if self._delay_kind is None:
                 try:
-                    self._delay_kind = choose_backend(self.settings)
+                    self._delay_kind = choose_backend(
+                        self.settings, broker=self.topology.broker
+                    )
                 except BrokerConnectionError as exc:
                     raise PublishError(
                         f"{exc.message}; cannot choose the delay backend, so the delayed "

@@ -12,6 +12,8 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
+from taskq.broker.topology import Topology
+
 logger = logging.getLogger("taskq.broker.subscription")  # where these lines always appeared
 
 # Reply code given to pika for a connection taskq drops on purpose (AMQP's connection-forced).
@@ -121,3 +123,30 @@ def close_quietly(connection: pika.BlockingConnection) -> None:
             connection.close()
         except (pika.exceptions.AMQPError, OSError):
             logger.debug("error closing a failed connection", exc_info=True)
+
+
+def cancel_reason(queue: str, topology: Topology) -> str:
+    """What a broker-sent ``basic.cancel`` of the consumer of ``queue`` means, for the log."""
+    version = topology.broker.known
+    if version.consumer_timeout_cancels and topology.options(queue).type == "quorum":
+        return (
+            f"the broker ({version}) cancelled the consumer of quorum queue {queue!r}: a "
+            "delivery stayed unacked past the queue's consumer_timeout (a task ran longer) "
+            "and the broker returned that consumer's messages; or the queue was deleted"
+        )
+    return f"the broker cancelled the consumer of queue {queue!r} (queue deleted, node failover)"
+
+
+def reject(channel: BlockingChannel, tag: int, *, requeue: bool) -> None:
+    """``basic.reject``, or with ``requeue`` a ``basic.nack``."""
+    # A requeue goes as basic.nack: RabbitMQ 4.3 counts basic.reject(requeue) against a
+    # quorum queue's delivery limit and basic.nack not, so a delivery taskq gives back (a
+    # fault that is not the message's) spends nothing; 3.x treats both alike.
+    if requeue:
+        channel.basic_nack(tag, requeue=True)
+    else:
+        channel.basic_reject(tag, requeue=False)
+
+
+def nothing() -> None:
+    """A no-op callback: scheduling it wakes the I/O thread out of process_data_events."""

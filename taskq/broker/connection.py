@@ -22,7 +22,9 @@ from pika.adapters.utils.connection_workflow import AMQPConnectorException
 
 from taskq.broker import _management as management
 from taskq.broker.partition_check import check_partition_count
+from taskq.broker.specs import QueueSpec
 from taskq.broker.topology import Declarations
+from taskq.broker.versions import BrokerFacts
 from taskq.errors import BrokerConnectionError, TopologyError
 from taskq.settings import Settings, redact_url
 
@@ -77,7 +79,11 @@ def node_order(nodes: list[_T], *, rand: random.Random | None = None) -> list[_T
 
 
 def open_connection(
-    settings: Settings, *, client_name: str, heartbeat_s: int | None = None
+    settings: Settings,
+    *,
+    client_name: str,
+    heartbeat_s: int | None = None,
+    broker: BrokerFacts | None = None,
 ) -> pika.BlockingConnection:
     """Open a blocking connection to one of the broker nodes named in ``settings``.
 
@@ -88,6 +94,8 @@ def open_connection(
         settings: Where to connect and with which timeouts.
         client_name: Shown in the management UI's connection list.
         heartbeat_s: Overrides ``settings.heartbeat_s`` (tests use short heartbeats).
+        broker: Learns the broker's version and capabilities from the server properties
+            of the connection (:mod:`taskq.broker.versions`); no extra round trip.
 
     Raises:
         BrokerConnectionError: no node could be reached or every one refused the login; the
@@ -116,6 +124,9 @@ def open_connection(
         if failures:
             logger.warning("connected to broker node %s after %d other node(s) failed",
                            redact_url(url), len(failures))
+        if broker is not None:
+            met = broker.learn(connection._impl.server_properties)  # sent in connection.start
+            logger.debug("broker node %s is %s", redact_url(url), met)
         return connection
     raise _connect_error(settings, failures)
 
@@ -185,6 +196,8 @@ def declare(channel: BlockingChannel, declarations: Declarations) -> BlockingCha
             channel, "exchange", exchange.name, {"type": exchange.type, **exchange.arguments}
         )
     for queue in declarations.queues:
+        if queue.adoptable and _adopted(channel.connection, queue):
+            continue
         _guarded(channel, "queue", queue.name, queue.arguments)
     for binding in declarations.bindings:
         channel.queue_bind(binding.queue, binding.exchange, routing_key=binding.routing_key)
@@ -206,6 +219,56 @@ def _guarded(channel: BlockingChannel, kind: str, name: str, expected: dict[str,
             connection,
             connection.channel() if connection.is_open else None,
         ) from None
+
+
+def _adopted(connection: pika.BlockingConnection, queue: QueueSpec) -> bool:
+    """Declare ``queue`` on throwaway channels, giving up adoptable arguments it lacks.
+
+    An older taskq declared quorum queues without the arguments :mod:`taskq.broker.quorum`
+    adds for safety, and RabbitMQ refuses to change a queue's arguments: such a queue is used
+    as it is, with a warning that says what it lacks and how to get it. Throwaway channels,
+    because a refused declare closes its channel.
+
+    Returns:
+        ``True`` when the queue is declared (as asked, or adopted); ``False`` when it differs
+        in an argument that is not adoptable: the caller declares it again to report that.
+    """
+    candidate = dict(queue.arguments)
+    given_up: dict[str, Any] = {}
+    for _ in range(len(queue.adoptable) + 1):
+        probe = connection.channel()
+        try:
+            _declare_one(probe, "queue", queue.name, candidate)
+        except pika.exceptions.ChannelClosedByBroker as exc:
+            match = _INEQUIVALENT_RE.search(exc.reply_text) if exc.reply_code == 406 else None
+            if match is None or match["arg"] not in queue.adoptable:
+                if exc.reply_code != 406:
+                    raise
+                return False
+            arg = match["arg"]
+            current = _parse_value(match["current"], candidate.get(arg))
+            given_up[arg] = candidate.pop(arg, None)
+            if current is not _ABSENT:
+                candidate[arg] = current
+            continue
+        probe.close()
+        if given_up:
+            _warn_adopted(queue.name, given_up, candidate)
+        return True
+    return False
+
+
+def _warn_adopted(name: str, given_up: dict[str, Any], kept: dict[str, Any]) -> None:
+    lacks = ", ".join(
+        f"{arg}={value!r} (it has {kept.get(arg, 'none')!r})"
+        for arg, value in sorted(given_up.items())
+    )
+    logger.warning(
+        "queue %r exists with other arguments than this taskq declares (%s): using it as it "
+        "is. What that means and how to get them (a policy, or re-creating the drained "
+        "queue): docs/rabbitmq.md, 'Broker versions: what taskq decides at connect'",
+        name, lacks, extra={"queue": name},
+    )
 
 
 # RabbitMQ names only the first differing argument, e.g. "inequivalent arg 'x-max-priority'

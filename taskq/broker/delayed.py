@@ -31,6 +31,7 @@ from taskq.broker._publish_deadline import PublishDeadline
 from taskq.broker._publish_errors import ENCODE_ERRORS
 from taskq.broker.connection import declare, open_connection
 from taskq.broker.topology import Declarations, HeaderBindingSpec
+from taskq.broker.versions import BrokerFacts
 from taskq.errors import BrokerConnectionError, PublishError
 from taskq.message import TASK, WireMessage
 from taskq.settings import Settings, redact_url
@@ -64,7 +65,9 @@ class _ExpectedProbeClose(logging.Filter):
 _probe_filter = _ExpectedProbeClose()
 
 
-def probe_delayed_message_plugin(settings: Settings) -> bool | None:
+def probe_delayed_message_plugin(
+    settings: Settings, broker: BrokerFacts | None = None
+) -> bool | None:
     """Whether the broker has ``rabbitmq_delayed_message_exchange`` enabled.
 
     Declares (and deletes) a throwaway ``x-delayed-message`` exchange on a connection of its
@@ -74,10 +77,17 @@ def probe_delayed_message_plugin(settings: Settings) -> bool | None:
         ``True`` (enabled), ``False`` (the broker does not know the exchange type) or
         ``None`` (the broker refused for another reason, e.g. no configure permission).
 
+    On a broker that cannot run the plugin (RabbitMQ 4.3+, read at connect into ``broker``)
+    nothing is declared: ``False``.
+
     Raises:
         BrokerConnectionError: the broker is unreachable.
     """
-    connection = open_connection(settings, client_name="taskq delay probe")
+    broker = broker or BrokerFacts()
+    connection = open_connection(settings, client_name="taskq delay probe", broker=broker)
+    if not broker.known.may_have_delay_plugin:
+        _close_quietly(connection)
+        return False
     name = f"{settings.namespace}.delay-probe.{uuid.uuid4().hex[:12]}"
     # Installed once, on first use (never at import); adding the same filter is a no-op.
     logging.getLogger("pika.adapters.blocking_connection").addFilter(_probe_filter)
@@ -112,17 +122,24 @@ def probe_delayed_message_plugin(settings: Settings) -> bool | None:
 
 def declare_now(
     settings: Settings,
-    declarations: Declarations,
+    declarations: Declarations | Callable[[], Declarations],
     header_bindings: Sequence[HeaderBindingSpec] = (),
+    *,
+    broker: BrokerFacts | None = None,
 ) -> None:
     """Declare ``declarations`` and ``header_bindings`` idempotently on a short connection.
+
+    ``declarations`` may be a function called once connected, after ``broker`` learnt the
+    broker's version (what is declared depends on it: :mod:`taskq.broker.quorum`).
 
     Raises:
         BrokerConnectionError: the broker is unreachable or the connection was lost.
         TopologyError: an object exists with other arguments.
     """
-    connection = open_connection(settings, client_name="taskq declare")
+    connection = open_connection(settings, client_name="taskq declare", broker=broker)
     try:
+        if callable(declarations):
+            declarations = declarations()
         channel = declare(connection.channel(), declarations)
         for binding in header_bindings:
             if binding.to_exchange:

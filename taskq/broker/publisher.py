@@ -267,7 +267,9 @@ class Publisher(ProcessLink[ConfirmChannel]):
         if old is not None:
             old.abort()
         try:
-            connection = open_connection(self._settings, client_name=self._client_name)
+            connection = open_connection(
+                self._settings, client_name=self._client_name, broker=self._topology.broker
+            )
         except BrokerConnectionError as exc:
             login = isinstance(exc.__cause__, pika.exceptions.ProbableAuthenticationError)
             if deadline.retries and not login:

@@ -20,10 +20,16 @@ class ExchangeSpec:
 
 @dataclass(frozen=True)
 class QueueSpec:
-    """One durable queue to declare."""
+    """One durable queue to declare.
+
+    ``adoptable``: arguments taskq adds for safety (:mod:`taskq.broker.quorum`) that an
+    existing queue may lack or hold with another value: such a queue is used as it is, with
+    a warning, instead of failing with a ``TopologyError``.
+    """
 
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
+    adoptable: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

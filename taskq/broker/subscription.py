@@ -12,13 +12,12 @@ so when several acks are waiting the I/O thread sends one ``basic_ack(tag, multi
 for the highest tag. Rejects are sent in order between them, so a multiple ack never covers
 a delivery that was rejected.
 
-When the connection is lost, or the broker closes the channel while the connection stays up
-(a delivery unacked past its ``consumer_timeout``, any channel error such as 406
-PRECONDITION_FAILED) or cancels a consumer (its queue deleted, a node failing over, RabbitMQ
-4.3's consumer timeout on quorum queues), the I/O thread reconnects with capped exponential
-backoff plus jitter, re-declares the topology and consumes again. It sees such a loss while
-the main thread runs a task, however long, because it alone sits in ``process_data_events``.
-Anything else that ends the thread goes to the main thread, which ends the process.
+When the connection is lost, the broker closes the channel (a delivery unacked past its
+``consumer_timeout`` before RabbitMQ 4.3, a 406) or cancels a consumer (4.3's consumer
+timeout on quorum queues, a deleted queue, a failover; the log says which the broker's
+version makes likely), the I/O thread reconnects with capped exponential backoff plus
+jitter, re-declares the topology and consumes again. It sees such a loss while the main
+thread runs a task, however long. Anything else ends the process, via the main thread.
 
 Each channel has a *generation*. The I/O thread moves the generation on the moment it sees
 its channel or connection die -- not only once a new one is up: the broker has already put
@@ -44,11 +43,14 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from taskq.broker._losses import (
+    cancel_reason,
     close_quietly,
     closing_reason,
     drop_connection,
     log_loss,
+    nothing,
     reconnect_delay_s,
+    reject,
     wait_stamping,
 )
 from taskq.broker.connection import declare, open_connection
@@ -119,6 +121,7 @@ class Subscription:
         self._stopping = False
         self._consuming_wanted = True
         self._cancelled_by_broker = False
+        self._cancelled_tag, self._queue_of_tag = "", dict[str, str]()  # for the cancel log
         self._wake = threading.Event()
         self._progress: Any = None  # see watch_progress()
         self._failure: BaseException | None = None
@@ -264,7 +267,7 @@ class Subscription:
         self._stopping = True
         self._consuming_wanted = False
         self._wake.set()
-        self._call_in_io_thread(_nothing)
+        self._call_in_io_thread(nothing)
         if self._thread.is_alive():
             self._thread.join(timeout_s)
         if self._thread.is_alive():
@@ -317,9 +320,10 @@ class Subscription:
 
     def _is_stopping(self) -> bool:
         return self._stopping
-
     def _connect(self, attempt: int) -> None:
-        connection = open_connection(self._settings, client_name=self._client_name)
+        connection = open_connection(
+            self._settings, client_name=self._client_name, broker=self._topology.broker
+        )
         try:
             channel = self._prepare_channel(connection)
         except BaseException:
@@ -368,6 +372,7 @@ class Subscription:
 
     def _consume(self, channel: BlockingChannel, name: str) -> None:
         tag = channel.basic_consume(name, functools.partial(self._on_message, name))
+        self._queue_of_tag[tag] = name
         if self._topology.ordered_parent(name) is not None:
             # Never cancelled on stop: the standby would start on the next message while this
             # process still holds earlier ones; closing the channel returns those first.
@@ -394,9 +399,8 @@ class Subscription:
                 # consumer_timeout, a 406) but raises nothing while the connection is up.
                 raise closing_reason(channel)
             if self._cancelled_by_broker and self._consuming_wanted:
-                raise pika.exceptions.ConsumerCancelled(
-                    "the broker cancelled the consumer (queue deleted or node failover)"
-                )
+                name = self._queue_of_tag.get(self._cancelled_tag, "?")
+                raise pika.exceptions.ConsumerCancelled(cancel_reason(name, self._topology))
 
     def _on_message(
         self,
@@ -436,7 +440,7 @@ class Subscription:
                     if ack_up_to:
                         channel.basic_ack(ack_up_to, multiple=True)
                         ack_up_to = 0
-                    channel.basic_reject(delivery.delivery_tag, requeue=action == REQUEUE)
+                    reject(channel, delivery.delivery_tag, requeue=action == REQUEUE)
             if ack_up_to and channel is not None:
                 channel.basic_ack(ack_up_to, multiple=True)  # BlockingChannel writes it now
         finally:
@@ -459,6 +463,7 @@ class Subscription:
 
     def _on_broker_cancel(self, frame: Any) -> None:
         self._cancelled_by_broker = True
+        self._cancelled_tag = str(getattr(frame.method, "consumer_tag", ""))
 
     def _fail(self, exc: BaseException) -> None:
         self._failure = exc
@@ -493,6 +498,3 @@ class Subscription:
         elif connection is not None:
             close_quietly(connection)
 
-
-def _nothing() -> None:
-    """A no-op callback: scheduling it wakes the I/O thread out of process_data_events."""

@@ -26,6 +26,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from taskq.broker.quorum import (
+    check_priority,
+    dead_letter_arguments,
+    parking_spec,
+    work_queue_spec,
+)
+
 # Re-exported (``X as X``): the declaration records were defined here before.
 from taskq.broker.specs import BindingSpec as BindingSpec
 from taskq.broker.specs import Declarations as Declarations
@@ -33,6 +40,7 @@ from taskq.broker.specs import DelayTierDeclarations as DelayTierDeclarations
 from taskq.broker.specs import ExchangeSpec as ExchangeSpec
 from taskq.broker.specs import HeaderBindingSpec as HeaderBindingSpec
 from taskq.broker.specs import QueueSpec as QueueSpec
+from taskq.broker.versions import UNKNOWN, BrokerFacts, BrokerVersion
 from taskq.errors import ConfigurationError
 from taskq.ordering.keys import (
     PARTITIONS_ARGUMENT,
@@ -141,13 +149,11 @@ class QueueOptions:
             )
 
 
-# Quorum queues: how often a message may be delivered before the broker dead-letters it
-# (x-death reason "delivery_limit"). A last-resort backstop only: taskq's own crash-loop guard
-# (max_process_deaths) and retry policy decide a message's fate, while the broker's count
-# also rises on every node death and channel close holding it (+1 each: measured in
-# tests/cluster, docs/cluster.md) and on every infrastructure-fault requeue (a database
-# outage: one per worker pause of 1 s at most, DESIGN 8 says such faults never dead-letter).
-# 10,000 outlasts hours of such outage; a message looping for ever still ends in Q.dlq.
+# Quorum work queues: deliveries after which the broker dead-letters a message (reason
+# "delivery_limit"); a last-resort backstop: taskq's crash-loop guard (max_process_deaths)
+# and retry policy decide first. Node deaths, channel closes and basic.reject(requeue) count
+# (+1 each); basic.nack and 4.3's consumer-timeout cancel do not. 10,000 outlasts hours of
+# outage; a message looping for ever still ends in Q.dlq. (4.x's default would be 20.)
 DEFAULT_DELIVERY_LIMIT = 10_000
 
 
@@ -173,6 +179,7 @@ def queue_arguments(
     if options.type == "quorum":
         arguments["x-queue-type"] = "quorum"
         arguments["x-delivery-limit"] = options.delivery_limit or DEFAULT_DELIVERY_LIMIT
+        arguments.update(dead_letter_arguments(options.overflow))
     elif options.partitions is None:
         arguments["x-max-priority"] = options.max_priority or default_max_priority
     if options.partitions is not None:
@@ -188,16 +195,18 @@ def queue_arguments(
     return arguments
 
 
-def base_declarations(namespace: str, queue_type: str = "classic") -> Declarations:
+def base_declarations(
+    namespace: str, queue_type: str = "classic", version: BrokerVersion = UNKNOWN
+) -> Declarations:
     """The exchanges and queues every app needs, whatever its work queues.
 
     ``ns.unroutable`` is a quorum queue when ``queue_type`` (the ``default_queue_type``) is:
     on a cluster a classic queue lives on one node, and while that node is down every
     declaration of it fails (``404 home node ... is down or inaccessible``), which would stop
-    each client that declares the base topology on connect.
+    each client that declares the base topology on connect. A quorum one is a parking lot
+    like ``Q.dlq`` (:mod:`taskq.broker.quorum`).
     """
     unroutable = unroutable_name(namespace)
-    parking: dict[str, Any] = {"x-queue-type": "quorum"} if queue_type == "quorum" else {}
     return Declarations(
         exchanges=(
             ExchangeSpec(unroutable, "fanout"),
@@ -206,23 +215,28 @@ def base_declarations(namespace: str, queue_type: str = "classic") -> Declaratio
             ),
             ExchangeSpec(dlx_name(namespace), "direct"),
         ),
-        queues=(QueueSpec(unroutable, parking),),
+        queues=(parking_spec(unroutable, queue_type == "quorum", version),),
         bindings=(BindingSpec(unroutable, unroutable, ""),),
     )
 
 
 def queue_declarations(
-    namespace: str, queue: str, options: QueueOptions, *, default_max_priority: int
+    namespace: str,
+    queue: str,
+    options: QueueOptions,
+    *,
+    default_max_priority: int,
+    version: BrokerVersion = UNKNOWN,
 ) -> Declarations:
     """The work queue ``queue``, its parking lot ``queue.dlq`` and their bindings."""
     arguments = queue_arguments(
         namespace, queue, options, default_max_priority=default_max_priority
     )
-    dlq_arguments: dict[str, Any] = {}
-    if options.type == "quorum":
-        dlq_arguments["x-queue-type"] = "quorum"
     return Declarations(
-        queues=(QueueSpec(queue, arguments), QueueSpec(dlq_name(queue), dlq_arguments)),
+        queues=(
+            work_queue_spec(queue, arguments, user_overflow=options.overflow),
+            parking_spec(dlq_name(queue), options.type == "quorum", version),
+        ),
         bindings=(
             BindingSpec(queue, exchange_name(namespace), queue),
             BindingSpec(dlq_name(queue), dlx_name(namespace), queue),
@@ -338,6 +352,9 @@ class Topology:
     queues: dict[str, QueueOptions] = field(default_factory=dict)
     # Type of the queues not in ``queues`` (the ``default_queue_type`` setting).
     default_queue_type: QueueType = "classic"
+    # The broker the app's connections met (taskq.broker.versions): declarations and the
+    # priority check follow its version. Shared, so it is not part of equality.
+    broker: BrokerFacts = field(default_factory=BrokerFacts, compare=False, repr=False)
 
     @property
     def exchange(self) -> str:
@@ -394,41 +411,32 @@ class Topology:
         return parent[0] if parent is not None else name
 
     def takes_priorities(self, queue: str) -> bool:
-        """Whether messages of ``queue`` may carry a priority above 0.
+        """Whether messages of ``queue`` may carry a priority above 0 on the known broker.
 
-        Only classic, unordered queues: a quorum queue delivers in arrival order on RabbitMQ
-        3.10, and a priority in an ordered queue would let a task overtake earlier ones of
-        its key.
+        Classic unordered queues always; quorum ones on RabbitMQ 4.x; ordered ones never (a
+        priority would let a task overtake earlier ones of its key).
         """
         options = self.options(queue)
-        return options.type == "classic" and options.partitions is None
+        if options.partitions is not None:
+            return False
+        return options.type == "classic" or bool(self.broker.known.quorum_priority_levels)
 
     def check_priority(self, queue: str, priority: int, task: str) -> None:
-        """Refuse a message priority that ``queue`` would silently ignore.
+        """Refuse a message priority that ``queue`` would ignore or must not honour.
 
         Raises:
-            ConfigurationError: ``priority`` > 0 for a quorum queue; RabbitMQ 3.10's quorum
-                queues have no priorities and would deliver it in arrival order.
+            ConfigurationError: see :func:`taskq.broker.quorum.check_priority`.
         """
-        if priority and self.options(queue).partitions is not None:
-            raise ConfigurationError(
-                f"task {task!r} has priority {priority} but queue {queue!r} is ordered "
-                "(partitions=...): a priority would let it overtake earlier tasks of its key; "
-                "drop the priority",
-                task=task, queue=queue,
-            )
-        if priority and self.options(queue).type == "quorum":
-            raise ConfigurationError(
-                f"task {task!r} has priority {priority} but queue {queue!r} is a quorum queue, "
-                "which ignores message priorities (RabbitMQ 3.10); drop the priority, or "
-                "route urgent work to a queue of its own (a separate lane with its own "
-                "workers), or make the queue classic: app.queue(name, type='classic')",
-                task=task, queue=queue,
+        if priority:
+            options = self.options(queue)
+            check_priority(
+                self.broker.known, queue_type=options.type, ordered=options.partitions is not None,
+                queue=queue, priority=priority, task=task,
             )
 
     def base(self) -> Declarations:
         """Declarations every app needs."""
-        return base_declarations(self.namespace, self.default_queue_type)
+        return base_declarations(self.namespace, self.default_queue_type, self.broker.known)
 
     def for_queue(self, queue: str, *, delayed: bool = False) -> Declarations:
         """Declarations of ``queue`` and its ``.dlq``.
@@ -445,7 +453,8 @@ class Topology:
             declarations = self._partitions_declarations(queue, options)
         else:
             declarations = queue_declarations(
-                self.namespace, queue, options, default_max_priority=self.default_max_priority
+                self.namespace, queue, options, default_max_priority=self.default_max_priority,
+                version=self.broker.known,
             )
         if not delayed:
             return declarations
@@ -467,19 +476,19 @@ class Topology:
         base = self.declared_as(queue)
         names = self.partition_queues(base)
         quorum = options.type == "quorum"
-        dlq_arguments: dict[str, Any] = {"x-queue-type": "quorum"} if quorum else {}
         # Highest first: once ``queue.p0`` exists all others do, so a process checking the
         # count while another declares them for the first time sees none or all.
         queues = [
-            QueueSpec(name, queue_arguments(
+            work_queue_spec(name, queue_arguments(
                 self.namespace, name, options, default_max_priority=self.default_max_priority
-            ))
+            ), user_overflow=options.overflow)
             for name in reversed(names)
         ]
         bindings = [BindingSpec(name, self.exchange, name) for name in names]
         bindings += [BindingSpec(dlq_name(base), self.dlx, name) for name in names]
         return Declarations(
-            queues=(*queues, QueueSpec(dlq_name(base), dlq_arguments)), bindings=tuple(bindings),
+            queues=(*queues, parking_spec(dlq_name(base), quorum, self.broker.known)),
+            bindings=tuple(bindings),
             partition_checks=((base, options.partitions or 1),),
         )
 

@@ -88,7 +88,9 @@ class DelayDeclarer:
     ) -> None:
         self._settings = settings
         self._topology = topology
-        self._declare = declare or (lambda d, b: declare_now(settings, d, b))
+        self._declare: Callable[..., None] = declare or (
+            lambda d, b: declare_now(settings, d, b, broker=topology.broker)
+        )
         self._done: set[str] = set()
         self._lock = threading.Lock()
 
@@ -109,17 +111,25 @@ class DelayDeclarer:
             missing = [key for key in wanted if key not in self._done]
             if not missing:
                 return False
-            parts = [self._topology.base()]
             bindings: tuple[HeaderBindingSpec, ...] = ()
             for key in missing:
                 kind, _, name = key.partition(":")
                 if kind == "tiers":
-                    tier = self._topology.delay_tiers(name)
-                    parts.append(tier.declarations)
-                    bindings = tier.header_bindings
-                else:
-                    parts.append(self._topology.for_queue(name))
-            self._declare(merge_declarations(parts), bindings)
+                    bindings = self._topology.delay_tiers(name).header_bindings
+
+            def declarations() -> Declarations:
+                # Built once connected: what a quorum queue gets depends on the broker's
+                # version, learnt at connect (taskq.broker.quorum).
+                parts = [self._topology.base()]
+                for key in missing:
+                    kind, _, name = key.partition(":")
+                    if kind == "tiers":
+                        parts.append(self._topology.delay_tiers(name).declarations)
+                    else:
+                        parts.append(self._topology.for_queue(name))
+                return merge_declarations(parts)
+
+            self._declare(declarations, bindings)
             self._done.update(missing)
             return True
 

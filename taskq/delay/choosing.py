@@ -8,6 +8,7 @@ from collections.abc import Callable
 from taskq.broker.delayed import PluginPublisher, probe_delayed_message_plugin
 from taskq.broker.publisher import Publisher
 from taskq.broker.topology import Topology
+from taskq.broker.versions import BrokerFacts
 from taskq.delay.backend import DelayBackend, DelayDeclarer, merge_declarations
 from taskq.delay.plugin import PluginDelay
 from taskq.delay.tiers import TierDelay
@@ -18,7 +19,10 @@ logger = logging.getLogger(__name__)
 
 
 def choose_backend(
-    settings: Settings, *, probe: Callable[[], bool | None] | None = None
+    settings: Settings,
+    *,
+    probe: Callable[[], bool | None] | None = None,
+    broker: BrokerFacts | None = None,
 ) -> str:
     """Resolve ``settings.delay_backend`` to ``"plugin"`` or ``"tiers"`` and log the choice.
 
@@ -28,6 +32,8 @@ def choose_backend(
     Args:
         settings: The app's settings.
         probe: Replaces the broker probe (tests).
+        broker: Learns the broker's version at the probe's connect: RabbitMQ 4.3+ cannot
+            run the plugin, and ``auto`` says so when it picks the tiers.
 
     Raises:
         ConfigurationError: ``plugin`` was asked for and the broker does not have it.
@@ -38,7 +44,20 @@ def choose_backend(
     if wanted == "tiers":
         logger.info("delay backend: tiers (delay_backend='tiers')")
         return "tiers"
-    found = (probe or (lambda: probe_delayed_message_plugin(settings)))()
+    broker = broker or BrokerFacts()
+    found = (probe or (lambda: probe_delayed_message_plugin(settings, broker)))()
+    met = broker.version
+    if found is False and met is not None and not met.may_have_delay_plugin:
+        if wanted == "plugin":
+            raise ConfigurationError(
+                f"delay_backend='plugin' but RabbitMQ at {url} is {met}, which cannot run "
+                "rabbitmq_delayed_message_exchange (it needs Mnesia, removed in 4.3): use "
+                "delay_backend='tiers' or 'auto'",
+                settings=["delay_backend"],
+            )
+        logger.info("delay backend: tiers (auto: RabbitMQ at %s is %s, which has no "
+                    "delayed-message plugin: it needs Mnesia, removed in 4.3)", url, met)
+        return "tiers"
     if wanted == "plugin":
         if found is False:
             raise ConfigurationError(

@@ -194,7 +194,9 @@ class Supervisor:
 
     def _declare_topology(self) -> None:
         topology = self.app.topology
-        connection = open_connection(self.settings, client_name="taskq supervisor")
+        connection = open_connection(
+            self.settings, client_name="taskq supervisor", broker=topology.broker
+        )
         try:
             # With the plugin, Q is bound to the delayed exchange wherever it is declared.
             delayed = self._hand_on_delay_backend() == "plugin"

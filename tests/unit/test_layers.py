@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parents[2] / "taskq"
 LAYERS = {
     1: {
         "errors", "settings", "codec", "message", "received", "republish", "retry", "request",
-        "broker.topology", "broker.specs",
+        "broker.topology", "broker.specs", "broker.versions", "broker.quorum",
         "_clock", "calls", "road",
         "schedules.spec", "schedules.catchup",
         "ordering", "ordering.keys", "ordering.arguments", "ordering.changes",

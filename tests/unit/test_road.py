@@ -26,6 +26,8 @@ def app(tmp_path: Path) -> App:
               default_queue="work")
     app.queue("ledger", partitions=4)
     app.queue("billing", type="quorum")
+    # As if a connection had met RabbitMQ 3.10, whose quorum queues take no priorities.
+    app.topology.broker.learn({"product": "RabbitMQ", "version": "3.10.8"})
     return app
 
 

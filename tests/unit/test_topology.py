@@ -154,6 +154,8 @@ def test_a_priority_for_a_quorum_queue_is_refused_before_publishing() -> None:
     # Nothing listens on port 1: a publish would fail with PublishError, not this
     app = App("shop", namespace="shop", broker_url="amqp://guest:guest@127.0.0.1:1/%2F")
     app.queue("billing", type="quorum")
+    # As if a connection had met RabbitMQ 3.10, whose quorum queues take no priorities.
+    app.topology.broker.learn({"product": "RabbitMQ", "version": "3.10.8"})
 
     @app.task(queue="billing", priority=5)
     def charge(n: int = 0) -> None: ...

@@ -217,7 +217,7 @@ class TaskqBackend(BaseTaskBackend):
         app = taskq_task.app
         queue = self.taskq_queue(task.queue_name)
         priority = priority_for_queue(
-            task.priority, takes_priorities=app.road.topology.takes_priorities(queue),
+            task.priority, takes_priorities=app.road.takes_priorities(queue),
             task=task.module_path, queue=queue,
         )
         outgoing = app.road.build(
