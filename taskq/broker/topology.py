@@ -411,11 +411,8 @@ class Topology:
         return parent[0] if parent is not None else name
 
     def takes_priorities(self, queue: str) -> bool:
-        """Whether messages of ``queue`` may carry a priority above 0 on the known broker.
-
-        Classic unordered queues always; quorum ones on RabbitMQ 4.x; ordered ones never (a
-        priority would let a task overtake earlier ones of its key).
-        """
+        """Whether ``queue`` takes priorities above 0 on the known broker: classic unordered
+        queues always, quorum ones on RabbitMQ 4.x, ordered ones never (overtaking)."""
         options = self.options(queue)
         if options.partitions is not None:
             return False
