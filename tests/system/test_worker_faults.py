@@ -144,8 +144,17 @@ def test_a_dead_letter_goes_only_to_its_own_dlq_whatever_cc_header_it_came_with(
     channel.queue_declare(stray, auto_delete=True)
     channel.queue_bind(stray, app.topology.dlx, routing_key="other")
 
-    # When its task fails for good
-    send(app, tasks.fail, runs, headers={"CC": ["other"]})
+    # When its task fails for good (taskq refuses a CC header at enqueue since issue 26, so
+    # the message is published as another producer or an older taskq would have sent it)
+    import dataclasses
+
+    from taskq.message import encode
+    from taskq.task import Task
+
+    bound = Task(app, tasks.fail.fn, name=tasks.fail.name, options=tasks.fail.options)
+    wire = encode(bound.envelope((runs,)))
+    wire = dataclasses.replace(wire, headers={**wire.headers, "CC": ["other"]})
+    app.publisher.publish(wire, exchange=app.topology.exchange, routing_key=queue)
 
     # Then its dead letter is in Q.dlq, and no copy went where the CC header pointed
     letters = dead_letters(broker, queue, 1)
