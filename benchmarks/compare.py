@@ -6,8 +6,8 @@
 
 Needs ``pip install -e '.[bench]'`` (Celery, Dramatiq, matplotlib), RabbitMQ on
 ``BENCH_BROKER_URL`` (default the local one, guest/guest; the broker's CPU is read from the
-process listening on its port, its memory through ``BENCH_RABBITMQCTL``: see ``_proc``) and, for the outbox and idempotency
-scenarios, PostgreSQL on ``BENCH_POSTGRES_URL`` (default
+process listening on its port, its memory through ``BENCH_RABBITMQCTL``: see ``_proc``) and,
+for the outbox and idempotency scenarios, PostgreSQL on ``BENCH_POSTGRES_URL`` (default
 ``postgresql+psycopg://root@127.0.0.1:5432/test``). Every measurement uses its own queue (and
 taskq namespace) and deletes them; the PostgreSQL scenarios use a schema of their own that is
 dropped at the end. Writes ``benchmarks/results/latest.json`` and ``latest.png`` (``quick.*``
