@@ -2,15 +2,22 @@
 
 Everything here reads; nothing signals or reconfigures. The broker is asked through
 ``rabbitmqctl eval`` (read-only Erlang calls) when that works on this machine, else its
-figures are reported as unavailable.
+figures are reported as unavailable. ``BENCH_RABBITMQCTL`` replaces the ``rabbitmqctl``
+command for a node that the machine's own one cannot reach (a node in a chroot, with its own
+epmd), e.g. ``chroot /opt/rmq43 env HOME=/var/lib/rabbitmq ERL_EPMD_PORT=4373 rabbitmqctl -n
+r43@localhost``. The broker's PID is the process listening on the broker URL's port (read from
+/proc), so it is found for such a node too; ``rabbitmqctl eval 'os:getpid().'`` is the
+fallback.
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
@@ -67,7 +74,12 @@ class Broker:
     pid: int | None
 
     @classmethod
-    def find(cls) -> Broker:
+    def find(cls, url: str | None = None) -> Broker:
+        """The node behind ``url`` (its AMQP port), else the one ``rabbitmqctl`` reaches."""
+        if url is not None:
+            pid = listening_pid(urlparse(url).port or 5672)
+            if pid is not None:
+                return cls(pid)
         text = _ctl_eval("list_to_integer(os:getpid()).")
         return cls(int(text) if text and text.isdigit() else None)
 
@@ -80,10 +92,46 @@ class Broker:
         return int(text) / 2**20 if text and text.isdigit() else None
 
 
+def listening_pid(port: int) -> int | None:
+    """The PID of the process with a TCP socket listening on ``port``, ``None`` if unseen.
+
+    Reads /proc/net/tcp{,6} for the listening socket's inode, then the processes' fd links
+    for that socket (needs the rights to read them: root, or the broker's own user).
+    """
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            # local_address is HEXIP:HEXPORT; state 0A is LISTEN.
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] == "0A":
+                inodes.add(f"socket:[{fields[9]}]")
+    if not inodes:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in inodes:
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
+def rabbitmqctl() -> list[str]:
+    """The ``rabbitmqctl`` command (``BENCH_RABBITMQCTL`` when set: module docstring)."""
+    return shlex.split(os.environ.get("BENCH_RABBITMQCTL", "rabbitmqctl"))
+
+
 def _ctl_eval(expression: str) -> str | None:
     try:
         done = subprocess.run(
-            ["rabbitmqctl", "-q", "eval", expression], capture_output=True, text=True,
+            [*rabbitmqctl(), "-q", "eval", expression], capture_output=True, text=True,
             timeout=30, check=False,
         )
     except (OSError, subprocess.TimeoutExpired):

@@ -5,8 +5,9 @@
     python -m benchmarks.compare --only drain_noop e2e_noop --runs 3
 
 Needs ``pip install -e '.[bench]'`` (Celery, Dramatiq, matplotlib), RabbitMQ on
-``BENCH_BROKER_URL`` (default the local one, guest/guest) and, for the outbox and idempotency
-scenarios, PostgreSQL on ``BENCH_POSTGRES_URL`` (default
+``BENCH_BROKER_URL`` (default the local one, guest/guest; the broker's CPU is read from the
+process listening on its port, its memory through ``BENCH_RABBITMQCTL``: see ``_proc``) and,
+for the outbox and idempotency scenarios, PostgreSQL on ``BENCH_POSTGRES_URL`` (default
 ``postgresql+psycopg://root@127.0.0.1:5432/test``). Every measurement uses its own queue (and
 taskq namespace) and deletes them; the PostgreSQL scenarios use a schema of their own that is
 dropped at the end. Writes ``benchmarks/results/latest.json`` and ``latest.png`` (``quick.*``
@@ -32,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -41,10 +43,12 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from urllib.parse import urlparse
 
 from benchmarks import _probe
 from benchmarks._contender_taskiq import TaskiqContender
 from benchmarks._contenders import (
+    BROKER_URL,
     Admin,
     CeleryContender,
     Contender,
@@ -107,7 +111,7 @@ class Harness:
         self.postgres_url = postgres_url
         self.schema: str | None = None
         self.database_url: str | None = None
-        self.broker = Broker.find()
+        self.broker = Broker.find(BROKER_URL)
 
     # -- PostgreSQL --------------------------------------------------------------------------
 
@@ -354,6 +358,10 @@ def run(config: Config, only: list[str], postgres_url: str, output: Path) -> Res
     harness = Harness(config, postgres_url)
     results = Results(config=asdict(config))
     results.environment(harness.admin.server_version(), harness.postgres_version())
+    # Which broker, and how busy the machine was: figures of a shared machine are only
+    # comparable with the load they were taken under.
+    results.env["broker"] = {"url_host": _host_port(BROKER_URL), "pid": harness.broker.pid}
+    results.env["loadavg_start"] = os.getloadavg()
     if not HAS_IDEMPOTENCY:
         results.note("idempotency: not available: this taskq has no idempotent task option")
     plans = [p for p in build_plans(HAS_IDEMPOTENCY) if not only or p.name in only]
@@ -369,8 +377,15 @@ def run(config: Config, only: list[str], postgres_url: str, output: Path) -> Res
     finally:
         harness.drop_schema()
         harness.close()
+    results.env["loadavg_end"] = os.getloadavg()
     write_outputs(results, output)
     return results
+
+
+def _host_port(url: str) -> str:
+    """``host:port`` of an AMQP URL (no credentials in the results)."""
+    parsed = urlparse(url)
+    return f"{parsed.hostname}:{parsed.port or 5672}"
 
 
 def _measure(h: Harness, r: Results, plan: Plan, c: Contender, round_index: int) -> None:
