@@ -141,7 +141,8 @@ def test_a_dead_letter_goes_only_to_its_own_dlq_whatever_cc_header_it_came_with(
     stray = f"{app.settings.namespace}.stray"
     start_worker("-c", "1").wait_consuming(1)  # it declared the topology
     channel = broker.channel
-    channel.queue_declare(stray, auto_delete=True)
+    # exclusive: a transient non-exclusive queue is a deprecated feature on RabbitMQ 4.x
+    channel.queue_declare(stray, exclusive=True)
     channel.queue_bind(stray, app.topology.dlx, routing_key="other")
 
     # When its task fails for good (taskq refuses a CC header at enqueue since issue 26, so
