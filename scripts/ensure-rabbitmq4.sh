@@ -14,7 +14,8 @@
 #
 # Settings (environment): RMQ4_ROOT (/opt/rmq43), RMQ4_SUITE (sid), RMQ4_NODE
 # (r43@localhost), RMQ4_PORT (5673), RMQ4_DIST_PORT (25673), RMQ4_EPMD_PORT (4373),
-# RMQ4_MIRROR (the machine's Debian mirror).
+# RMQ4_MANAGEMENT_PORT (15673), RMQ4_PROMETHEUS_PORT (15693), RMQ4_MIRROR (the machine's
+# Debian mirror). Everything listens on 127.0.0.1 only.
 set -euo pipefail
 PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
@@ -24,6 +25,8 @@ NODE=${RMQ4_NODE:-r43@localhost}
 PORT=${RMQ4_PORT:-5673}
 DIST_PORT=${RMQ4_DIST_PORT:-25673}
 EPMD_PORT=${RMQ4_EPMD_PORT:-4373}
+MANAGEMENT_PORT=${RMQ4_MANAGEMENT_PORT:-15673}
+PROMETHEUS_PORT=${RMQ4_PROMETHEUS_PORT:-15693}
 WAIT_S=90
 LOG_DIR="${TMPDIR:-/tmp}"
 
@@ -41,7 +44,7 @@ port_open() {
 }
 
 in_root() {
-    chroot "$ROOT" env HOME=/var/lib/rabbitmq ERL_EPMD_PORT="$EPMD_PORT" "$@"
+    chroot "$ROOT" env HOME=/var/lib/rabbitmq ERL_EPMD_PORT="$EPMD_PORT" ERL_EPMD_ADDRESS=127.0.0.1 "$@"
 }
 
 ctl() {
@@ -92,6 +95,18 @@ build_root() {
     touch "$ROOT/.taskq-rabbitmq4-ready"
 }
 
+# Loopback only, and ports of its own: the shared 3.10 broker's tests must never meet this
+# node's management (15672) or Prometheus (15692) listeners. Written at every start.
+write_config() {
+    cat >"$ROOT/etc/rabbitmq/rabbitmq.conf" <<CONF
+listeners.tcp.default = 127.0.0.1:$PORT
+management.tcp.ip = 127.0.0.1
+management.tcp.port = $MANAGEMENT_PORT
+prometheus.tcp.ip = 127.0.0.1
+prometheus.tcp.port = $PROMETHEUS_PORT
+CONF
+}
+
 mount_proc() {
     if ! mountpoint -q "$ROOT/proc"; then
         mount -t proc proc "$ROOT/proc" || die "cannot mount /proc in $ROOT (Erlang needs it)"
@@ -108,6 +123,7 @@ start_node() {
     # detached, with no handle on our output, so that a pipe reading make never waits on it
     in_root env RABBITMQ_NODENAME="$NODE" RABBITMQ_NODE_PORT="$PORT" \
         RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 RABBITMQ_DIST_PORT="$DIST_PORT" \
+        RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="-kernel inet_dist_use_interface {127,0,0,1}" \
         rabbitmq-server -detached >"$log" 2>&1 </dev/null || true
     local deadline=$((SECONDS + WAIT_S))
     until port_open "$PORT" && ctl await_startup >/dev/null 2>&1; do
@@ -141,6 +157,7 @@ if port_open "$PORT"; then
 fi
 root_ready || build_root
 mount_proc
+write_config
 start_node
 version=$(ctl version 2>/dev/null || echo "?")
 case "$version" in
