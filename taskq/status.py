@@ -2,7 +2,8 @@
 
 :func:`collect` gathers one :class:`Status`: per work queue ready and unacked messages and
 consumers, each ``Q.dlq``'s depth, ``<ns>.unroutable``, messages waiting in the delay tiers,
-the delay backend, and the outbox backlog. It never raises for a part that cannot be read:
+the delay backend, and the outbox backlog; the broker's version and what taskq decided from
+it (:func:`broker_decisions`). It never raises for a part that cannot be read:
 the part carries an error line instead, so a database outage still shows the broker's side.
 """
 
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskq.broker import topology as topo
 from taskq.broker.inspect import QueueStats, snapshot
+from taskq.broker.versions import BrokerVersion
 from taskq.errors import TaskqError
 from taskq.ordering.status import (
     OrderedQueueStatus,
@@ -70,6 +72,9 @@ class Status:
     unroutable: int | None = None
     delayed: int | None = None
     delay_backend: str | None = None
+    #: The broker as it introduced itself (``RabbitMQ 4.3.6``), and what taskq decided from it.
+    broker_version: str | None = None
+    decisions: list[str] = field(default_factory=list)
     outbox: OutboxStatus = field(default_factory=OutboxStatus)
     broker_error: str | None = None
     schedules: list[ScheduleStatus] = field(default_factory=list)
@@ -141,9 +146,46 @@ def _broker_part(app: App, names: list[str]) -> dict[str, Any]:
         "queues": queues,
         "unroutable": stats.get(unroutable, empty).ready,
         "delayed": sum(stats[t].ready + (stats[t].unacked or 0) for t in tiers if t in stats),
-        "delay_backend": _delay_backend(app),
+        "delay_backend": (backend := _delay_backend(app)),
         "ordered": ordered,
+        **_version_part(app, backend),
     }
+
+
+def _version_part(app: App, backend: str | None) -> dict[str, Any]:
+    version = app.topology.broker.version  # learnt by the delay backend's probe
+    if version is None:
+        return {}
+    return {"broker_version": str(version),
+            "decisions": broker_decisions(version, app.settings.delay_backend, backend)}
+
+
+def broker_decisions(version: BrokerVersion, wanted: str, backend: str | None) -> list[str]:
+    """What taskq decided from the broker's version, one line each (``taskq status``)."""
+    if wanted != "auto" or backend is None:
+        delays = f"{backend or 'unknown'} (delay_backend={wanted!r})"
+    elif backend == "plugin":
+        delays = "plugin (auto: rabbitmq_delayed_message_exchange is enabled)"
+    elif not version.may_have_delay_plugin:
+        delays = (f"tiers (auto: {version} cannot run the delayed-message plugin: it needs "
+                  "Mnesia, removed in 4.3)")
+    else:
+        delays = "tiers (auto: rabbitmq_delayed_message_exchange is not enabled)"
+    levels = version.quorum_priority_levels
+    priorities = {
+        0: "none (a priority above 0 on a quorum queue is refused; RabbitMQ 4.0+ has them)",
+        2: "two levels (0-4 normal, 5-9 high)", 10: "each of 0-9, in strict order",
+    }.get(levels, f"{levels} levels")
+    if version.consumer_timeout_cancels:
+        timeout = ("quorum queues only, by cancelling the consumer; taskq's consumers ask "
+                   "for x-consumer-timeout; classic queues never time out")
+    else:
+        timeout = "every queue type; the broker closes the channel (see consumer_timeout_s)"
+    limit = ("20 by default; taskq declares its quorum work queues with their own "
+             "(delivery_limit) and its parking lots with none (-1)"
+             if version.quorum_default_delivery_limit else "none by default")
+    return [f"delay backend: {delays}", f"quorum queue priorities: {priorities}",
+            f"consumer timeout: {timeout}", f"quorum delivery limit: {limit}"]
 
 
 def _delay_backend(app: App) -> str | None:
@@ -186,6 +228,9 @@ def render(status: Status) -> str:
     else:
         how = "management API" if status.source == "management" else _amqp_source(status)
         lines.append(f"  broker: {status.broker_url} via {how}")
+        if status.broker_version:
+            lines.append(f"  broker version: {status.broker_version}")
+            lines.extend(f"    {decision}" for decision in status.decisions)
         rates = status.source == "management"
         lines.append(f"  {'queue':<32} {'ready':>8} {'unacked':>8} {'consumers':>9} "
                      f"{'dead':>6}" + (f" {'publish/s':>9} {'ack/s':>8}" if rates else ""))

@@ -245,3 +245,11 @@ def blocked(path: str, tag: str = "-") -> None:
 def record_unkeyed(path: str, tag: str = "-") -> None:
     """Like ``record``, without the idempotency check: every delivery that starts runs."""
     append_line(path, "ran", tag)
+
+
+@app.task(idempotent=False, time_limit_s=20.0, max_retries=0)
+def slow_limited(path: str, seconds: float, tag: str = "-") -> None:
+    """Like ``slow_unkeyed``, within a hard time limit of 20 s."""
+    append_line(path, "start", tag)
+    time.sleep(seconds)
+    append_line(path, "done", tag)

@@ -12,8 +12,6 @@ import pika
 import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
-from taskq.broker.topology import Topology
-
 logger = logging.getLogger("taskq.broker.subscription")  # where these lines always appeared
 
 # Reply code given to pika for a connection taskq drops on purpose (AMQP's connection-forced).
@@ -57,6 +55,9 @@ def log_loss(exc: BaseException, delay_s: float, attempt: int) -> None:
             "dropped here and redelivered by the broker; consuming again in %.1fs "
             "(attempt %d).%s", exc.reply_code, exc.reply_text, delay_s, attempt, hint,
         )
+        return
+    if isinstance(exc, pika.exceptions.ConsumerCancelled):  # text: taskq.broker.cancels
+        logger.warning("%s; consuming again in %.1fs (attempt %d)", exc, delay_s, attempt)
         return
     logger.warning(
         "broker connection lost (%s: %s); reconnecting in %.1fs (attempt %d)",
@@ -123,18 +124,6 @@ def close_quietly(connection: pika.BlockingConnection) -> None:
             connection.close()
         except (pika.exceptions.AMQPError, OSError):
             logger.debug("error closing a failed connection", exc_info=True)
-
-
-def cancel_reason(queue: str, topology: Topology) -> str:
-    """What a broker-sent ``basic.cancel`` of the consumer of ``queue`` means, for the log."""
-    version = topology.broker.known
-    if version.consumer_timeout_cancels and topology.options(queue).type == "quorum":
-        return (
-            f"the broker ({version}) cancelled the consumer of quorum queue {queue!r}: a "
-            "delivery stayed unacked past the queue's consumer_timeout (a task ran longer) "
-            "and the broker returned that consumer's messages; or the queue was deleted"
-        )
-    return f"the broker cancelled the consumer of queue {queue!r} (queue deleted, node failover)"
 
 
 def reject(channel: BlockingChannel, tag: int, *, requeue: bool) -> None:

@@ -14,10 +14,10 @@ a delivery that was rejected.
 
 When the connection is lost, the broker closes the channel (a delivery unacked past its
 ``consumer_timeout`` before RabbitMQ 4.3, a 406) or cancels a consumer (4.3's consumer
-timeout on quorum queues, a deleted queue, a failover; the log says which the broker's
-version makes likely), the I/O thread reconnects with capped exponential backoff plus
-jitter, re-declares the topology and consumes again. It sees such a loss while the main
-thread runs a task, however long. Anything else ends the process, via the main thread.
+timeout on quorum queues, a deleted queue: :mod:`taskq.broker.cancels` asks the broker
+which, and a timeout is reported to ``on_timed_out``), the I/O thread reconnects with capped
+exponential backoff plus jitter, re-declares the topology and consumes again, even while the
+main thread runs a task. Anything else ends the process, via the main thread.
 
 Each channel has a *generation*. The I/O thread moves the generation on the moment it sees
 its channel or connection die -- not only once a new one is up: the broker has already put
@@ -43,7 +43,6 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from taskq.broker._losses import (
-    cancel_reason,
     close_quietly,
     closing_reason,
     drop_connection,
@@ -53,6 +52,7 @@ from taskq.broker._losses import (
     reject,
     wait_stamping,
 )
+from taskq.broker.cancels import CancelWatch
 from taskq.broker.connection import declare, open_connection
 from taskq.broker.delivery import ACK, REQUEUE, Delivery, received_message
 from taskq.broker.topology import Topology
@@ -85,6 +85,8 @@ class Subscription:
             active consumer activates the first registered consumer; see
             :mod:`taskq.ordering.spread`).
         standby_delay_s: See ``standby``.
+        consumer_timeout_s: The ``x-consumer-timeout`` its quorum consumers ask for (4.3+):
+            see :class:`~taskq.broker.cancels.CancelWatch` and ``cancels.on_timed_out``.
     """
 
     def __init__(
@@ -97,8 +99,10 @@ class Subscription:
         delay_backend: Callable[[], str] | None = None,
         standby: Sequence[str] = (),
         standby_delay_s: float = 0.0,
+        consumer_timeout_s: float | None = None,
     ) -> None:
         self._settings = settings
+        self.cancels = CancelWatch(topology, consumer_timeout_s)
         self._standby, self._standby_delay_s = tuple(standby), standby_delay_s
         self._kept: set[str] = set()  # consumer tags of ordered partitions (see _consume)
         self._delay_backend = delay_backend
@@ -110,8 +114,7 @@ class Subscription:
         self._flush_scheduled = False
         # Settlements queued by the main thread, and those the I/O thread has written to the
         # socket (or dropped as stale): see wait_sent().
-        self._settled = 0
-        self._sent = 0
+        self._settled = self._sent = 0
         self._sent_changed = threading.Condition()
         self._connection: pika.BlockingConnection | None = None
         self._channel: BlockingChannel | None = None
@@ -120,8 +123,6 @@ class Subscription:
         self._connections = 0
         self._stopping = False
         self._consuming_wanted = True
-        self._cancelled_by_broker = False
-        self._cancelled_tag, self._queue_of_tag = "", dict[str, str]()  # for the cancel log
         self._wake = threading.Event()
         self._progress: Any = None  # see watch_progress()
         self._failure: BaseException | None = None
@@ -131,7 +132,7 @@ class Subscription:
     def is_connected(self) -> bool:
         """Whether a channel is open and consuming (read from any thread; for health)."""
         channel = self._channel
-        return channel is not None and channel.is_open and not self._cancelled_by_broker
+        return channel is not None and channel.is_open and not self.cancels.cancelled
 
     @property
     def generation(self) -> int:
@@ -195,10 +196,9 @@ class Subscription:
         return ready
 
     def _drop_stale(self, delivery: Delivery) -> None:
-        logger.info(
-            "message %s from %s dropped unexecuted: the channel it came on is gone and the "
-            "broker has put it back in the queue", delivery.message.message_id, delivery.queue,
-        )
+        logger.info("message %s from %s dropped unexecuted: the channel it came on is gone "
+                    "and the broker has put it back in the queue",
+                    delivery.message.message_id, delivery.queue)
 
     def settle(self, delivery: Delivery, action: int) -> None:
         """Queue an ack or reject for ``delivery`` and wake the I/O thread to send it."""
@@ -334,7 +334,7 @@ class Subscription:
         self._connection, self._channel = connection, channel
         self._generation += 1
         self._connections += 1
-        self._cancelled_by_broker = False
+        self.cancels.cancelled = False
         self._flush_scheduled = False
         self._flush()
         if self._consuming_wanted:
@@ -360,7 +360,7 @@ class Subscription:
         for name in dict.fromkeys(declared_as(n) for n in (*self._queues, *self._standby)):
             channel = declare(channel, self._topology.for_queue(name, delayed=delayed))
         channel.basic_qos(prefetch_count=self._settings.prefetch_count)
-        channel.add_on_cancel_callback(self._on_broker_cancel)
+        channel.add_on_cancel_callback(self.cancels.on_cancel)
         return channel
 
     def _consume_standby(self, channel: BlockingChannel) -> None:
@@ -371,8 +371,11 @@ class Subscription:
             logger.info("registered as standby consumer of %s", ", ".join(self._standby))
 
     def _consume(self, channel: BlockingChannel, name: str) -> None:
-        tag = channel.basic_consume(name, functools.partial(self._on_message, name))
-        self._queue_of_tag[tag] = name
+        tag = channel.basic_consume(
+            name, functools.partial(self._on_message, name),
+            arguments=self.cancels.arguments(name),
+        )
+        self.cancels.consumed(tag, name)
         if self._topology.ordered_parent(name) is not None:
             # Never cancelled on stop: the standby would start on the next message while this
             # process still holds earlier ones; closing the channel returns those first.
@@ -398,9 +401,9 @@ class Subscription:
                 # pika ends process_data_events when the broker closes a channel (a
                 # consumer_timeout, a 406) but raises nothing while the connection is up.
                 raise closing_reason(channel)
-            if self._cancelled_by_broker and self._consuming_wanted:
-                name = self._queue_of_tag.get(self._cancelled_tag, "?")
-                raise pika.exceptions.ConsumerCancelled(cancel_reason(name, self._topology))
+            if self.cancels.cancelled and self._consuming_wanted:
+                # Reported before the generation moves on (in _discard_connection).
+                raise self.cancels.explain(connection, self._generation)
 
     def _on_message(
         self,
@@ -460,10 +463,6 @@ class Subscription:
                 # pika requeues deliveries that arrive between cancel and cancel-ok.
                 channel.basic_cancel(tag)
         connection.call_later(_TICK_S, self._tick)
-
-    def _on_broker_cancel(self, frame: Any) -> None:
-        self._cancelled_by_broker = True
-        self._cancelled_tag = str(getattr(frame.method, "consumer_tag", ""))
 
     def _fail(self, exc: BaseException) -> None:
         self._failure = exc

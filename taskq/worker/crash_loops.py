@@ -76,7 +76,10 @@ class CrashLoopGuard:
             return False
         retries = retries_of(delivery.message.headers)
         if record.time_limit_s is not None:
-            return self._settle_time_limit(delivery, message_id, record.time_limit_s, retries)
+            error = (taken_back_error(delivery, record.time_limit_s) if record.by_broker else
+                     f"the task ran past its hard time limit of {record.time_limit_s:g}s; "
+                     "its worker process was killed")
+            return self._settle_time_limit(delivery, message_id, error, retries)
         if record.deaths < self._max_deaths:
             return False
         error = f"the message killed its worker process {record.deaths} times"
@@ -88,13 +91,12 @@ class CrashLoopGuard:
         return True
 
     def _settle_time_limit(
-        self, delivery: Delivery, message_id: bytes, time_limit_s: float, retries: int
+        self, delivery: Delivery, message_id: bytes, error: str, retries: int
     ) -> bool:
-        """A hard time-limit kill is a failed attempt: retry per policy, else dead-letter."""
-        error = (
-            f"the task ran past its hard time limit of {time_limit_s:g}s; "
-            "its worker process was killed"
-        )
+        """A hard time-limit kill is a failed attempt: retry per policy, else dead-letter.
+
+        So is a run the broker took the delivery back from (4.3's consumer timeout).
+        """
         name = delivery.message.headers.get(TASK)
         decision = self._decide(name, TimeLimitExceeded(error), retries)
         if isinstance(decision, GiveUp):
@@ -126,3 +128,17 @@ class CrashLoopGuard:
             if time.monotonic() >= deadline:
                 return
             time.sleep(0.01)
+
+
+def taken_back_error(delivery: Delivery, held_s: float) -> str:
+    """The reason recorded for a run ended because the broker took its delivery back."""
+    name = delivery.message.headers.get(TASK)
+    return (
+        f"task {name} held its delivery of quorum queue {delivery.queue!r} for {held_s:.0f}s, "
+        "past the consumer timeout: RabbitMQ cancelled the consumer and returned the "
+        "message, so taskq ended that run (its worker process was killed) as past a hard "
+        "time limit. Give the task a time_limit_s (taskq then asks RabbitMQ 4.3+ for a "
+        "consumer timeout above its longest hold), or raise consumer_timeout_s "
+        "(TASKQ_CONSUMER_TIMEOUT_S: taskq's consumers of quorum queues ask for at least that "
+        "as x-consumer-timeout)"
+    )

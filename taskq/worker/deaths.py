@@ -39,11 +39,15 @@ class DeathRecord:
 
     Args:
         deaths: How many worker processes died while holding the message.
-        time_limit_s: Set when the last death was a hard time-limit kill: the limit.
+        time_limit_s: Set when the last death was a hard time-limit kill: the limit (with
+            ``by_broker``: how long the delivery had been held).
+        by_broker: The last death ended a run whose delivery the broker had taken back
+            (RabbitMQ 4.3's consumer timeout on a quorum queue).
     """
 
     deaths: int
     time_limit_s: float | None = None
+    by_broker: bool = False
 
 
 class DeathLedger:
@@ -66,25 +70,29 @@ class DeathLedger:
         shutil.rmtree(self.directory, ignore_errors=True)
 
     def record_death(
-        self, message_id: bytes | str, *, time_limit_s: float | None = None
+        self, message_id: bytes | str, *, time_limit_s: float | None = None,
+        by_broker: bool = False,
     ) -> DeathRecord:
         """Count one more death for ``message_id`` (supervisor only).
 
         Args:
             message_id: The delivery key of the message the dead process held (or its id).
             time_limit_s: The hard limit, when the supervisor killed it for running past it.
+            by_broker: The kill ended a run the broker had taken the delivery back from.
 
         Returns:
             The updated record.
         """
         previous = self.read(message_id)
         record = DeathRecord(
-            deaths=(previous.deaths if previous else 0) + 1, time_limit_s=time_limit_s
+            deaths=(previous.deaths if previous else 0) + 1, time_limit_s=time_limit_s,
+            by_broker=by_broker,
         )
         path = self._path(message_id)
         temporary = f"{path}.{os.getpid()}.tmp"
         with open(temporary, "w", encoding="utf-8") as file:
-            json.dump({"deaths": record.deaths, "time_limit_s": record.time_limit_s}, file)
+            json.dump({"deaths": record.deaths, "time_limit_s": record.time_limit_s,
+                       "by_broker": record.by_broker}, file)
         os.replace(temporary, path)
         return record
 
@@ -98,7 +106,8 @@ class DeathLedger:
         except (OSError, ValueError):
             logger.warning("unreadable death record for message %r", message_id, exc_info=True)
             return None
-        return DeathRecord(deaths=int(data["deaths"]), time_limit_s=data.get("time_limit_s"))
+        return DeathRecord(deaths=int(data["deaths"]), time_limit_s=data.get("time_limit_s"),
+                           by_broker=bool(data.get("by_broker")))
 
     def forget(self, message_id: bytes | str) -> None:
         """Drop the record of ``message_id`` (after it was dead-lettered)."""

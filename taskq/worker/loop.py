@@ -51,7 +51,7 @@ from taskq.worker.execution import (
 )
 from taskq.worker.infra_faults import FaultBackoff, Hold, SendBack
 from taskq.worker.plans import Plan, plan_of
-from taskq.worker.time_limits import delivery_key
+from taskq.worker.time_limits import RunInHand
 from taskq.workflows.completion import WorkflowHooks
 
 if TYPE_CHECKING:
@@ -100,6 +100,7 @@ class WorkerLoop:
         self._app = app
         self._subscription = subscription
         self._slot = slot
+        self.run_in_hand = RunInHand(slot)  # the I/O thread ends it on a consumer timeout
         self._soft_limit = soft_limit
         self._max_size = settings.max_message_size_bytes
         self._max_tasks = settings.max_tasks_per_child
@@ -422,8 +423,7 @@ class WorkerLoop:
             envelope.headers,
             delivery.is_redelivered,
         )
-        slot = self._slot
-        slot.begin(delivery_key(delivery.message), plan.time_limit_s)
+        self.run_in_hand.begin(delivery, plan.time_limit_s)
         outcome = execute(
             plan.fn,
             envelope.args,
@@ -432,7 +432,7 @@ class WorkerLoop:
             soft_limit=self._soft_limit,
             request=request,
         )
-        slot.release()
+        self.run_in_hand.end()
         return outcome
 
     def _settle_failure(

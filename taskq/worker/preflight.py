@@ -1,7 +1,8 @@
 """Checks the supervisor makes once before any worker process starts.
 
 * A task's time limit longer than the broker's consumer timeout is warned about (the broker
-  would close the channel under a long task).
+  would close the channel under a long task); on RabbitMQ 4.3+ the timeout quorum queues'
+  consumers ask for is logged instead (:mod:`taskq.worker.consumer_timeout`).
 * Idempotent tasks need ``taskq_processed``: checked (on SQLite, created) here once, rather
   than raced for by every process; missing, it is a :class:`ConfigurationError` that says
   how to create it.
@@ -20,7 +21,7 @@ from taskq.broker.topology import Topology
 from taskq.errors import ConfigurationError
 from taskq.ordering.keys import partition_queue_name
 from taskq.settings import redact_url
-from taskq.worker.consumer_timeout import consumer_timeout_warnings
+from taskq.worker.consumer_timeout import consumer_timeout_warnings, extension_note
 from taskq.worker.relay_process import ensure_table
 
 if TYPE_CHECKING:
@@ -97,8 +98,12 @@ def _known_queues(names: list[str], topology: Topology) -> str:
 
 
 def warn_about_long_time_limits(app: App, queues: tuple[str, ...]) -> None:
+    """Log what the broker's consumer timeout means for these queues (after a connect)."""
     for warning in consumer_timeout_warnings(app, queues):
         logger.warning("%s", warning)
+    note = extension_note(app, queues)
+    if note is not None:
+        logger.info("%s", note)
 
 
 def ensure_idempotency_table(app: App) -> None:

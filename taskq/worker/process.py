@@ -189,6 +189,7 @@ def load_spec_app(spec: ChildSpec) -> App:
 def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
     from taskq.broker.subscription import Subscription
     from taskq.ordering.spread import STANDBY_DELAY_S, consume_order
+    from taskq.worker.consumer_timeout import consumer_timeout_for
     from taskq.worker.deaths import DeathLedger
     from taskq.worker.loop import WorkerLoop
     from taskq.worker.time_limits import SoftTimeLimit
@@ -200,6 +201,7 @@ def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
         app.settings, app.topology, order.first, client_name=f"taskq worker {spec.index}",
         delay_backend=lambda: app.delay_backend_name,
         standby=order.standby, standby_delay_s=STANDBY_DELAY_S,
+        consumer_timeout_s=consumer_timeout_for(app, spec.queues),
     )
     loop = WorkerLoop(
         app,
@@ -210,6 +212,7 @@ def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
         soft_limit=SoftTimeLimit(),
         observers=_observers(app),
     )
+    subscription.cancels.on_timed_out = loop.run_in_hand.on_timed_out
     _install_signal_handlers(loop)
     code = EXIT_OK
     subscription.start()

@@ -156,8 +156,8 @@ class Supervisor:
             BrokerConnectionError: the broker cannot be reached at start.
             ConfigurationError: ``delay_backend='plugin'`` and the broker lacks the plugin.
         """
-        warn_about_long_time_limits(self.app, self.queues)
         self._declare_topology()
+        warn_about_long_time_limits(self.app, self.queues)  # after a connect: the broker known
         ensure_idempotency_table(self.app)
         ledger = self._ledger = DeathLedger.create()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STARTUP_BLOCKED_SIGNALS}
@@ -352,11 +352,10 @@ class Supervisor:
         if killed is None:
             return
         child.killed = killed
-        logger.error(
-            "worker process %d (pid %d) ran message %s past its hard time limit of %gs; "
-            "killed it",
-            child.index, pid, describe_key(killed.key), killed.time_limit_s,
-        )
+        why = ("whose delivery the broker took back after %.0fs (consumer timeout)"
+               if killed.by_broker else "past its hard time limit of %gs")
+        logger.error("worker process %d (pid %d) ran message %s " + why + "; killed it",
+                     child.index, pid, describe_key(killed.key), killed.time_limit_s)
 
     def _on_exit(self, child: _Child, process: BaseProcess, now: float) -> None:
         pid, code = process.pid or 0, process.exitcode or 0
@@ -414,12 +413,13 @@ class Supervisor:
                 torn,
             )
             return
-        time_limit_s = None
+        time_limit_s, by_broker = None, False
         if child.killed is not None and child.killed.version == state.version:
-            time_limit_s = child.killed.time_limit_s
+            time_limit_s, by_broker = child.killed.time_limit_s, child.killed.by_broker
         deaths = 1
         if self._ledger is not None:
-            deaths = self._ledger.record_death(state.key, time_limit_s=time_limit_s).deaths
+            deaths = self._ledger.record_death(
+                state.key, time_limit_s=time_limit_s, by_broker=by_broker).deaths
         logger.error(
             "worker process %d (pid %d) died (%s) while running message %s (death %d, "
             "max_process_deaths=%d); replacing it; the broker redelivers the message",

@@ -36,8 +36,10 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from taskq.errors import SoftTimeLimitExceeded
+from taskq.message import TASK
 
 if TYPE_CHECKING:
+    from taskq.broker.delivery import Delivery
     from taskq.message import WireMessage
 
 logger = logging.getLogger(__name__)
@@ -147,13 +149,18 @@ class SlotState:
         version: Changes with every write: the same version means the same run.
         key: The :func:`delivery_key` of the delivery in hand; ``b""`` when idle.
         deadline: Monotonic hard deadline of the running task; ``0.0`` when there is none.
-        time_limit_s: The hard time limit that set the deadline.
+        time_limit_s: The hard time limit that set the deadline; for a run the broker
+            ended (``by_broker``), how long its delivery had been held.
+        by_broker: The broker took the delivery back from under the running task (4.3's
+            consumer timeout on a quorum queue): its deadline was moved to now
+            (:meth:`Slot.expire`).
     """
 
     version: int
     key: bytes
     deadline: float
     time_limit_s: float
+    by_broker: bool = False
 
     def is_overdue(self, now: float) -> bool:
         """A task runs and its deadline has passed."""
@@ -180,6 +187,9 @@ class Slot:
         self._key = context.Array("c", _KEY_MAX_BYTES, lock=False)
         self._deadline = context.Value("d", 0.0, lock=False)
         self._time_limit_s = context.Value("d", 0.0, lock=False)
+        self._by_broker = context.Value("b", 0, lock=False)
+        # Monotonic start of the running task; 0.0 when none runs (only a run can expire).
+        self._run_at = context.Value("d", 0.0, lock=False)
         # Monotonic time the loop last saw its consumer connected (health checks).
         self.alive_at = context.Value("d", 0.0, lock=False)
         # Monotonic time the consumer's I/O thread last showed it works, connected or
@@ -195,11 +205,33 @@ class Slot:
 
     def begin(self, key: bytes, time_limit_s: float | None, *, now: float | None = None) -> None:
         """A task of the delivery ``key`` starts; with a hard limit, its deadline is set."""
+        now = time.monotonic() if now is None else now
         if time_limit_s is None:
-            self._write(key, 0.0, 0.0)
+            self._write(key, 0.0, 0.0, run_at=now)
         else:
-            now = time.monotonic() if now is None else now
-            self._write(key, now + time_limit_s, time_limit_s)
+            self._write(key, now + time_limit_s, time_limit_s, run_at=now)
+
+    def expire(self, key: bytes, held_s: float) -> bool:
+        """End the running task of delivery ``key`` as if its hard time limit had passed.
+
+        Called by the consumer's I/O thread when the broker took that delivery back (4.3's
+        consumer timeout): the supervisor kills the process at its next check and records
+        the death as ``by_broker``, so the copy the broker hands out again is settled once
+        (:mod:`taskq.worker.crash_loops`) instead of running beside this run.
+
+        Returns:
+            Whether a run of ``key`` was in progress (and so was ended).
+        """
+        with self._lock:
+            if not self._run_at.value or self._key.raw[: self._key_bytes.value] != key:
+                return False
+            version = self._version
+            version.value += 1
+            self._deadline.value = 1e-9  # in the past for any monotonic clock reading
+            self._time_limit_s.value = held_s
+            self._by_broker.value = 1
+            version.value += 1
+            return True
 
     def end_run(self) -> None:
         """The task has returned: no deadline any more; the delivery is still in hand."""
@@ -209,7 +241,9 @@ class Slot:
         """The delivery is settled: the slot is idle."""
         self._write(b"", 0.0, 0.0)
 
-    def _write(self, key: bytes | None, deadline: float, time_limit_s: float) -> None:
+    def _write(
+        self, key: bytes | None, deadline: float, time_limit_s: float, *, run_at: float = 0.0
+    ) -> None:
         if key is not None and len(key) > _KEY_MAX_BYTES:
             raise ValueError(f"delivery key of {len(key)} bytes (at most {_KEY_MAX_BYTES})")
         version = self._version
@@ -220,6 +254,8 @@ class Slot:
                 self._key_bytes.value = len(key)
             self._deadline.value = deadline
             self._time_limit_s.value = time_limit_s
+            self._by_broker.value = 0
+            self._run_at.value = run_at
             version.value += 1
 
     # -- readers -----------------------------------------------------------------------------
@@ -239,7 +275,8 @@ class Slot:
 
     def _read(self, version: int) -> SlotState:
         key = self._key.raw[: self._key_bytes.value]
-        return SlotState(version, key, self._deadline.value, self._time_limit_s.value)
+        return SlotState(version, key, self._deadline.value, self._time_limit_s.value,
+                         bool(self._by_broker.value))
 
     def holds(self, key: bytes) -> bool:
         """The process has the delivery ``key`` in hand (also ``True`` while unreadable)."""
@@ -291,3 +328,45 @@ class Slot:
         self._write(b"", 0.0, 0.0)
         self.alive_at.value = 0.0
         self.io_at.value = 0.0
+
+
+class RunInHand:
+    """The task a worker process runs now, and how it ends when the broker takes it back.
+
+    On RabbitMQ 4.3 a quorum queue cancels a consumer whose delivery stayed unacked past the
+    consumer timeout and hands its messages out again at once, while the task still runs
+    here: without an end, a copy would run beside it (an ``idempotent=False`` task over and
+    over, one more each timeout). The consumer's I/O thread calls :meth:`on_timed_out`; if
+    the running task's delivery is among those taken back, its run is ended as past a hard
+    time limit (:meth:`Slot.expire`): the supervisor kills this process and records why, and
+    the copy is settled once, retried per policy or dead-lettered with that reason.
+    """
+
+    def __init__(self, slot: Slot) -> None:
+        self._slot = slot
+        self._delivery: Delivery | None = None
+
+    def begin(self, delivery: Delivery, time_limit_s: float | None) -> None:
+        """The task of ``delivery`` starts (with its hard limit, if any)."""
+        self._delivery = delivery
+        self._slot.begin(delivery_key(delivery.message), time_limit_s)
+
+    def end(self) -> None:
+        """The task has returned; the delivery will be settled."""
+        self._slot.release()
+        self._delivery = None
+
+    def on_timed_out(self, queue: str, generation: int) -> None:
+        """The broker took back the deliveries of ``queue``'s consumer on ``generation``."""
+        delivery = self._delivery
+        if delivery is None or delivery.queue != queue or delivery.generation != generation:
+            return
+        held_s = time.monotonic() - delivery.received_at
+        if self._slot.expire(delivery_key(delivery.message), held_s):
+            logger.error(
+                "task %s (id %s) of quorum queue %r has held its delivery for %.0fs, past the "
+                "consumer timeout; the broker took the message back, so this run ends now "
+                "(its worker process is replaced) and counts as a failed attempt",
+                delivery.message.headers.get(TASK), delivery.message.message_id,
+                queue, held_s,
+            )

@@ -127,6 +127,42 @@ def test_status_cli_text_output(namespace: str, tmp_path: Path) -> None:
     assert topo.unroutable_name(namespace) not in result.stdout  # shown as "unroutable"
 
 
+def test_status_cli_shows_the_brokers_version_and_what_taskq_decided_from_it(
+    namespace: str, tmp_path: Path, broker: Any
+) -> None:
+    from taskq.broker.versions import BrokerVersion
+
+    broker.channel  # noqa: B018 - connects
+    version = BrokerVersion.from_server_properties(broker._connection._impl.server_properties)
+    # When `taskq status` runs against the test broker (3.10 or 4.3), as text and as JSON
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("TASKQ_")},
+           "PYTHONPATH": str(ROOT), "TASKQ_BROKER_URL": BROKER_URL,
+           "TASKQ_NAMESPACE": namespace, "TASKQ_DATABASE_URL": f"sqlite:///{tmp_path}/t.db"}
+    command = [sys.executable, "-m", "taskq", "status", "-A", "tests.tasks:app"]
+    text = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=60,
+                          env=env)
+    as_json = subprocess.run([*command, "--json"], cwd=ROOT, capture_output=True, text=True,
+                             timeout=60, env=env)
+
+    # Then it names the broker's version and what taskq chose from it, and why
+    # (it exits 1 here: the outbox table is missing, which it reports on its own line)
+    assert f"broker version: {version}" in text.stdout, text.stdout + text.stderr
+    if version.may_have_delay_plugin:
+        assert "delay backend: " in text.stdout and "(auto: rabbitmq_delayed_message_exchange" \
+            in text.stdout
+        assert "quorum queue priorities: none (a priority above 0" in text.stdout
+        assert "consumer timeout: every queue type; the broker closes the channel" in text.stdout
+    else:
+        assert (f"delay backend: tiers (auto: {version} cannot run the delayed-message "
+                "plugin") in text.stdout
+        assert "quorum queue priorities: each of 0-9, in strict order" in text.stdout
+        assert "consumer timeout: quorum queues only, by cancelling the consumer" in text.stdout
+    report = json.loads(as_json.stdout)
+    assert report["broker_version"] == str(version)
+    assert report["decisions"][0].startswith("delay backend: ")
+    assert len(report["decisions"]) == 4
+
+
 _HOSTILE_BROKER_URLS = [
     # Unescaped '/', '?', '#' and '@' in the password, a password in the query string, and
     # several ';'-separated URLs (the wrong password: the login is refused or the host is
