@@ -98,24 +98,36 @@ def test_minority_node_partitioned_away_for_10s_and_healed(scenario_factory) -> 
     minority = scenario.cluster.queue_leader(scenario.queue)
     producers = scenario.produce(work, 1500, 0, threads=2, pace_s=0.01)
     scenario.wait_until(lambda: scenario.completed_count() >= 200, 120, "200 tasks done")
+    # (each worker has one process, which has connected once so far: where it consumes)
+    on_cut_node = scenario.consumer_connects().get(minority.name.split("@")[0], 0)
 
-    # When the node holding the leader is cut off for 10 s (pause_minority pauses it), then
-    # healed
-    cut_at = time.time()
-    minority.partition()
-    time.sleep(10.0)  # the fault's length, not a wait for a condition
-    minority.heal()
+    # When the node holding the leader is cut off for 10 s (on 3.10 pause_minority pauses
+    # it; 4.3 has no such mode), then healed; times are those the node did it at (its CLI
+    # takes seconds to reach it)
+    cut_at = minority.partition()
+    time.sleep(max(0.0, cut_at + 10.0 - time.time()))  # the fault's length
+    healed_at = minority.heal()
     scenario.cluster.wait_formed(via=minority)
-    healed_s = time.time() - cut_at
+    formed_s = time.time() - cut_at
     producers.join(DONE_TIMEOUT_S)
     scenario.wait_all_done(DONE_TIMEOUT_S)
 
-    # Then nothing was lost or duplicated; the majority kept processing
+    # Then nothing was lost or duplicated, and processing resumed within 15 s of the cut,
+    # or, on Khepri with every worker on the cut node, within 15 s of the heal: that node
+    # is not paused and keeps its clients, whose queue can do nothing until the heal
+    # (docs/cluster.md "Partitions on RabbitMQ 4.3")
     stall_s = scenario.longest_stall_s(cut_at)
-    scenario.notes.update(partitioned=minority.name, cut_to_formed_s=f"{healed_s:.1f}",
-                          longest_stall_after_cut_s=f"{stall_s:.2f}")
+    stranded = scenario.cluster.install.khepri_only and on_cut_node == 3
+    after_heal_s = scenario.longest_stall_s(healed_at)
+    scenario.notes.update(partitioned=minority.name, workers_on_cut_node=f"{on_cut_node}/3",
+                          cut_s=f"{healed_at - cut_at:.1f}", cut_to_formed_s=f"{formed_s:.1f}",
+                          longest_stall_after_cut_s=f"{stall_s:.2f}",
+                          longest_stall_after_heal_s=f"{after_heal_s:.2f}")
     scenario.finish()
-    assert stall_s < RESUME_LIMIT_S
+    if stranded:
+        assert after_heal_s < RESUME_LIMIT_S
+    else:
+        assert stall_s < RESUME_LIMIT_S
 
 
 def test_rolling_restart_of_all_three_nodes_under_steady_load(scenario_factory) -> None:
