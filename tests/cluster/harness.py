@@ -172,6 +172,15 @@ class ClusterScenario:
         found = re.findall(r"connected to the broker \(node [^:]+:(\d+)\)", self.logs())
         return dict(sorted(Counter(by_port.get(port, port) for port in found).items()))
 
+    def producer_node(self) -> str | None:
+        """The node the producer App's publisher is connected to now (``rabbitN``), if any."""
+        link = self.app.publisher._link
+        if link is None:
+            return None
+        port = link.connection._impl.params.port
+        return next((node.name.split("@")[0] for node in self.cluster.nodes
+                     if node.port == port), None)
+
     def logs(self) -> str:
         return "\n".join(f"== {p.log_path.name}\n{p.log()}" for p in self.processes)
 

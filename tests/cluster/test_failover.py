@@ -98,24 +98,41 @@ def test_minority_node_partitioned_away_for_10s_and_healed(scenario_factory) -> 
     minority = scenario.cluster.queue_leader(scenario.queue)
     producers = scenario.produce(work, 1500, 0, threads=2, pace_s=0.01)
     scenario.wait_until(lambda: scenario.completed_count() >= 200, 120, "200 tasks done")
+    # (each worker has one process, which has connected once so far: where it consumes)
+    short_name = minority.name.split("@")[0]
+    on_cut_node = scenario.consumer_connects().get(short_name, 0)
+    producer_cut = scenario.producer_node() == short_name
 
-    # When the node holding the leader is cut off for 10 s (pause_minority pauses it), then
-    # healed
-    cut_at = time.time()
-    minority.partition()
-    time.sleep(10.0)  # the fault's length, not a wait for a condition
-    minority.heal()
+    # When the node holding the leader is cut off for 10 s (on 3.10 pause_minority pauses
+    # it; 4.3 has no such mode), then healed; times are those the node did it at (its CLI
+    # takes seconds to reach it)
+    cut_at = minority.partition()
+    time.sleep(max(0.0, cut_at + 10.0 - time.time()))  # the fault's length
+    healed_at = minority.heal()
     scenario.cluster.wait_formed(via=minority)
-    healed_s = time.time() - cut_at
+    formed_s = time.time() - cut_at
     producers.join(DONE_TIMEOUT_S)
     scenario.wait_all_done(DONE_TIMEOUT_S)
 
-    # Then nothing was lost or duplicated; the majority kept processing
+    # Then nothing was lost or duplicated, and processing resumed within 15 s of the cut;
+    # on Khepri, when the producer or every worker was on the cut node, within 15 s of the
+    # heal: that node is not paused and keeps its clients; the queue's new leader on the
+    # majority (elected within 0.3 s) cannot reach them, and they get neither deliveries
+    # nor confirms until the heal or, for the producer, its confirm timeout (10 s)
+    # (docs/cluster.md "RabbitMQ 4.3 (Khepri): what differs")
     stall_s = scenario.longest_stall_s(cut_at)
-    scenario.notes.update(partitioned=minority.name, cut_to_formed_s=f"{healed_s:.1f}",
-                          longest_stall_after_cut_s=f"{stall_s:.2f}")
+    stranded = scenario.cluster.install.khepri_only and (on_cut_node == 3 or producer_cut)
+    after_heal_s = scenario.longest_stall_s(healed_at)
+    scenario.notes.update(partitioned=minority.name, workers_on_cut_node=f"{on_cut_node}/3",
+                          producer_on_cut_node=str(producer_cut).lower(),
+                          cut_s=f"{healed_at - cut_at:.1f}", cut_to_formed_s=f"{formed_s:.1f}",
+                          longest_stall_after_cut_s=f"{stall_s:.2f}",
+                          longest_stall_after_heal_s=f"{after_heal_s:.2f}")
     scenario.finish()
-    assert stall_s < RESUME_LIMIT_S
+    if stranded:
+        assert after_heal_s < RESUME_LIMIT_S
+    else:
+        assert stall_s < RESUME_LIMIT_S
 
 
 def test_rolling_restart_of_all_three_nodes_under_steady_load(scenario_factory) -> None:

@@ -5,7 +5,9 @@ own services: each service here runs under a temporary directory, on ports picke
 start, and is signalled only by the exact PIDs it started (never ``pkill``, never ``epmd
 -kill`` without ``-port``). Facts behind the RabbitMQ set-up are in
 ``/work/shared/notes/rabbitmq-cluster.md`` (node name, own epmd port, Debian scripts called
-directly so that root is not switched to the ``rabbitmq`` user).
+directly so that root is not switched to the ``rabbitmq`` user). The node runs the machine's
+RabbitMQ 3.10, or RabbitMQ 4.3 from the root that ``TASKQ_TEST_RABBITMQ_ROOT`` names
+(tests/support/rabbitmq_root.py; its files then live inside that root).
 """
 
 from __future__ import annotations
@@ -21,12 +23,18 @@ import time
 from pathlib import Path
 
 from tests.support.processes import kill_process, wait_gone
-from tests.support.rabbitmq_nodes import answers, free_port, speaks_amqp
+from tests.support.rabbitmq_nodes import (
+    answers,
+    deprecated_feature_lines,
+    free_port,
+    node_config,
+    speaks_amqp,
+)
+from tests.support.rabbitmq_root import RabbitInstall, requested_install, unusable
 from tests.support.waiting import wait_until
 
 logger = logging.getLogger(__name__)
 
-RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 POSTGRES_BIN = Path("/usr/lib/postgresql/15/bin")
 BOOT_TIMEOUT_S = 90.0
 STOP_TIMEOUT_S = 20.0
@@ -40,8 +48,11 @@ class PrivateRabbit:
     same ports and data, so durable queues and persistent messages come back.
     """
 
-    def __init__(self) -> None:
-        self.root = Path(tempfile.mkdtemp(prefix="taskq-faults-rabbit-"))
+    def __init__(self, install: RabbitInstall | None = None) -> None:
+        """``install``: where its RabbitMQ comes from (default: the one the run asked for)."""
+        self.install = install or requested_install()
+        unusable(self.install)
+        self.root = self.install.make_dir("taskq-faults-rabbit-")
         self.port = free_port()
         self.dist_port = free_port()
         self.epmd_port = free_port()
@@ -66,53 +77,50 @@ class PrivateRabbit:
         (self.root / "env.conf").write_text("")
         (self.root / "enabled_plugins").write_text("[].\n")
         (self.root / "advanced.config").write_text("[].\n")
-        (self.root / "rabbitmq.conf").write_text(
-            f"listeners.tcp.default = 127.0.0.1:{self.port}\n"
-            "loopback_users = none\n"
-            "vm_memory_high_watermark.absolute = 1GiB\n"
-            "disk_free_limit.absolute = 50MB\n"
-            "log.console = false\n"
-            "log.file.level = info\n"
-        )
+        (self.root / "rabbitmq.conf").write_text(node_config(self.port, [self.node],
+                                                             self.install))
 
     def _env(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k != "ERL_FLAGS"}
-        root = self.root
-        env.update(
-            HOME=str(root / "home"),
-            ERL_EPMD_PORT=str(self.epmd_port),
-            ERL_EPMD_ADDRESS="127.0.0.1",
-            RABBITMQ_CONF_ENV_FILE=str(root / "env.conf"),
-            RABBITMQ_NODENAME=self.node,
-            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
-            RABBITMQ_NODE_PORT=str(self.port),
-            RABBITMQ_DIST_PORT=str(self.dist_port),
-            RABBITMQ_CONFIG_FILE=str(root / "rabbitmq.conf"),
-            RABBITMQ_ADVANCED_CONFIG_FILE=str(root / "advanced.config"),
-            RABBITMQ_ENABLED_PLUGINS_FILE=str(root / "enabled_plugins"),
-            RABBITMQ_MNESIA_BASE=str(root / "mnesia"),
-            RABBITMQ_LOG_BASE=str(root / "log"),
-            RABBITMQ_PID_FILE=str(root / "beam.pid"),
-            RABBITMQ_CTL_DIST_PORT_MIN=str(self.ctl_port),
-            RABBITMQ_CTL_DIST_PORT_MAX=str(self.ctl_port),
-            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=(
+        root, seen = self.root, self.install.seen
+        return {
+            "HOME": seen(root / "home"),
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_CONF_ENV_FILE": seen(root / "env.conf"),
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_CONFIG_FILE": seen(root / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": seen(root / "advanced.config"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": seen(root / "enabled_plugins"),
+            "RABBITMQ_MNESIA_BASE": seen(root / "mnesia"),
+            "RABBITMQ_LOG_BASE": seen(root / "log"),
+            "RABBITMQ_PID_FILE": seen(root / "beam.pid"),
+            "RABBITMQ_CTL_DIST_PORT_MIN": str(self.ctl_port),
+            "RABBITMQ_CTL_DIST_PORT_MAX": str(self.ctl_port),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": (
                 "+S 1:1 +sbwt none -kernel inet_dist_use_interface {127,0,0,1}"
             ),
-        )
-        return env
+        }
+
+    def deprecated_feature_lines(self) -> list[str]:
+        """What the node logged so far about deprecated features used (none, we hope)."""
+        return deprecated_feature_lines(self.root / "log")
 
     def start(self) -> None:
         """Boot the node (and its epmd on first use); return once AMQP answers."""
         if self._epmd is None or self._epmd.poll() is not None:
             self._epmd = subprocess.Popen(
-                ["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+                self.install.epmd_command(self.epmd_port), stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
             )
         pid_file = self.root / "beam.pid"
         pid_file.unlink(missing_ok=True)
+        argv, env = self.install.command("rabbitmq-server", env=self._env())
         with open(self.root / "server.out", "ab") as out:
             self._script = subprocess.Popen(
-                [str(RABBITMQ_BIN / "rabbitmq-server")], env=self._env(), stdout=out,
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True,
             )
         wait_until(
@@ -125,8 +133,8 @@ class PrivateRabbit:
         if self._script.poll() is not None:
             raise RuntimeError(f"private RabbitMQ did not start; see {self.root}/server.out")
         self.beam_pid = int(str(wait_until(lambda: _read(pid_file), timeout_s=10)))
-        logger.info("private RabbitMQ %s on port %d (beam pid %d)", self.node, self.port,
-                    self.beam_pid)
+        logger.info("private RabbitMQ %s (%s) on port %d (beam pid %d)", self.node,
+                    self.install.label, self.port, self.beam_pid)
 
     def is_running(self) -> bool:
         """Whether the node accepts AMQP connections."""
@@ -170,9 +178,9 @@ class ManagedRabbit(PrivateRabbit):
     consumer lists and message rates follow within a couple of seconds.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, install: RabbitInstall | None = None) -> None:
         self.management_port = free_port()
-        super().__init__()
+        super().__init__(install)
 
     def _write_files(self) -> None:
         super()._write_files()

@@ -5,9 +5,13 @@ Each :class:`RabbitCluster` has its own epmd on a free port, its own cookie in a
 data and log directories, all under one temporary directory that :meth:`RabbitCluster.close`
 removes. Nodes are started with the Debian scripts under ``/usr/lib/rabbitmq/bin`` called
 directly (the ``/usr/sbin`` wrappers switch to the ``rabbitmq`` user when run as root and
-reset ``HOME``); several nodes find each other by classic-config peer discovery and run with
-``cluster_partition_handling = pause_minority``. Facts measured on this machine behind these
-choices: ``/work/shared/notes/rabbitmq-cluster.md``.
+reset ``HOME``), from the machine's RabbitMQ 3.10 or, when ``TASKQ_TEST_RABBITMQ_ROOT`` is
+set, from a Debian root with RabbitMQ 4.3 (tests/support/rabbitmq_root.py: how a node runs
+there). Several nodes find each other by classic-config peer discovery; on a Mnesia broker
+(3.10) they run with ``cluster_partition_handling = pause_minority``, on a Khepri one (4.2
+and later) with no partition handling setting: Raft is the only mode, and 4.3 has no other.
+Facts measured on this machine behind these choices: ``/work/shared/notes/rabbitmq-cluster.md``
+and docs/cluster.md.
 
 Only PIDs started here are ever signalled (a node's ``beam.smp`` PID is read from its
 ``RABBITMQ_PID_FILE``); never ``pkill``, and never ``epmd -kill`` (it would stop the machine's
@@ -32,29 +36,55 @@ import shutil
 import signal
 import socket
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
 
 from tests.support.processes import kill_process, process_gone, wait_gone
+from tests.support.rabbitmq_root import RabbitInstall, requested_install, unusable
 from tests.support.waiting import wait_until
 
 logger = logging.getLogger(__name__)
 
-RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 BOOT_TIMEOUT_S = 120.0
 STOP_TIMEOUT_S = 30.0
 _CTL_TIMEOUT_S = 60.0
+# What a node writes to its log when a client uses a deprecated feature (RabbitMQ 3.13 and
+# later; 4.3 lists global QoS, transient non-exclusive queues, queue master locators).
+DEPRECATED_FEATURES = "Deprecated features"
 
 
-def missing_reason() -> str | None:
-    """Why private nodes cannot run here, or ``None`` when they can."""
-    if not (RABBITMQ_BIN / "rabbitmq-server").exists():
-        return f"rabbitmq-server is not installed ({RABBITMQ_BIN}/rabbitmq-server is missing)"
-    if shutil.which("epmd") is None:
-        return "epmd (Erlang) is not on PATH"
-    return None
+def deprecated_feature_lines(log_dir: Path) -> list[str]:
+    """The lines of the node logs in ``log_dir`` that report a deprecated feature used."""
+    lines: list[str] = []
+    for path in sorted(log_dir.glob("*.log")):
+        with open(path, errors="replace") as log:
+            lines += [f"{path.name}: {line.strip()}" for line in log
+                      if DEPRECATED_FEATURES in line]
+    return lines
+
+
+def node_config(port: int, peers: list[str], install: RabbitInstall) -> str:
+    """``rabbitmq.conf`` of a private node on ``port`` in a cluster of ``peers``."""
+    lines = [
+        f"listeners.tcp.default = 127.0.0.1:{port}",
+        "loopback_users = none",
+        "vm_memory_high_watermark.absolute = 1GiB",
+        "disk_free_limit.absolute = 50MB",
+        "log.console = false",
+        "log.file.level = info",
+    ]
+    if len(peers) > 1:
+        lines += [
+            "cluster_formation.peer_discovery_backend = classic_config",
+            *(f"cluster_formation.classic_config.nodes.{i} = {peer}"
+              for i, peer in enumerate(peers, 1)),
+        ]
+        if not install.khepri_only:
+            # Mnesia: a node cut off from the majority stops serving (closes its clients)
+            # until the partition heals. Khepri has no such mode (module docstring).
+            lines.append("cluster_partition_handling = pause_minority")
+    return "\n".join(lines) + "\n"
 
 
 # Every port free_port() has handed out in this process.
@@ -126,50 +156,40 @@ class RabbitNode:
         return f"amqp://guest:guest@127.0.0.1:{self.port}/%2F"
 
     def env(self) -> dict[str, str]:
-        """Environment of this node's server script and of ``rabbitmqctl -n`` on it."""
-        env = {k: v for k, v in os.environ.items() if k != "ERL_FLAGS"}
-        root = self.root
-        env.update(
-            HOME=str(self.cluster.home),
-            ERL_EPMD_PORT=str(self.cluster.epmd_port),
-            ERL_EPMD_ADDRESS="127.0.0.1",
-            RABBITMQ_CONF_ENV_FILE=str(self.cluster.root / "env.conf"),
-            RABBITMQ_NODENAME=self.name,
-            RABBITMQ_NODE_IP_ADDRESS="127.0.0.1",
-            RABBITMQ_NODE_PORT=str(self.port),
-            RABBITMQ_DIST_PORT=str(self.dist_port),
-            RABBITMQ_CONFIG_FILE=str(root / "rabbitmq.conf"),
-            RABBITMQ_ADVANCED_CONFIG_FILE=str(self.cluster.root / "advanced.config"),
-            RABBITMQ_ENABLED_PLUGINS_FILE=str(self.cluster.root / "enabled_plugins"),
-            RABBITMQ_MNESIA_BASE=str(root / "mnesia"),
-            RABBITMQ_LOG_BASE=str(root / "log"),
-            RABBITMQ_PID_FILE=str(root / "beam.pid"),
-            RABBITMQ_CTL_DIST_PORT_MIN=str(self.ctl_port),
-            RABBITMQ_CTL_DIST_PORT_MAX=str(self.ctl_port + 10),
-            RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS=(
+        """Variables of this node's server script and of ``rabbitmqctl -n`` on it (paths as
+        the node sees them: the install's :meth:`~RabbitInstall.command` adds the rest)."""
+        root, shared = self.root, self.cluster.root
+        seen = self.cluster.install.seen
+        return {
+            "HOME": seen(self.cluster.home),
+            "ERL_EPMD_PORT": str(self.cluster.epmd_port),
+            "ERL_EPMD_ADDRESS": "127.0.0.1",
+            "RABBITMQ_CONF_ENV_FILE": seen(shared / "env.conf"),
+            "RABBITMQ_NODENAME": self.name,
+            "RABBITMQ_NODE_IP_ADDRESS": "127.0.0.1",
+            "RABBITMQ_NODE_PORT": str(self.port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_CONFIG_FILE": seen(root / "rabbitmq.conf"),
+            "RABBITMQ_ADVANCED_CONFIG_FILE": seen(shared / "advanced.config"),
+            "RABBITMQ_ENABLED_PLUGINS_FILE": seen(shared / "enabled_plugins"),
+            "RABBITMQ_MNESIA_BASE": seen(root / "mnesia"),
+            "RABBITMQ_LOG_BASE": seen(root / "log"),
+            "RABBITMQ_PID_FILE": seen(root / "beam.pid"),
+            "RABBITMQ_CTL_DIST_PORT_MIN": str(self.ctl_port),
+            "RABBITMQ_CTL_DIST_PORT_MAX": str(self.ctl_port + 10),
+            "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": (
                 "+S 1:1 +sbwt none "
                 "-kernel inet_dist_use_interface {127,0,0,1}"
             ),
-        )
-        return env
+        }
 
     def write_config(self, peers: list[str]) -> None:
-        lines = [
-            f"listeners.tcp.default = 127.0.0.1:{self.port}",
-            "loopback_users = none",
-            "vm_memory_high_watermark.absolute = 1GiB",
-            "disk_free_limit.absolute = 50MB",
-            "log.console = false",
-            "log.file.level = info",
-        ]
-        if len(peers) > 1:
-            lines += [
-                "cluster_formation.peer_discovery_backend = classic_config",
-                *(f"cluster_formation.classic_config.nodes.{i} = {peer}"
-                  for i, peer in enumerate(peers, 1)),
-                "cluster_partition_handling = pause_minority",
-            ]
-        (self.root / "rabbitmq.conf").write_text("\n".join(lines) + "\n")
+        (self.root / "rabbitmq.conf").write_text(
+            node_config(self.port, peers, self.cluster.install))
+
+    def deprecated_feature_lines(self) -> list[str]:
+        """What this node logged so far about deprecated features used (none, we hope)."""
+        return deprecated_feature_lines(self.root / "log")
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -178,9 +198,10 @@ class RabbitNode:
         if self.is_alive():
             raise RuntimeError(f"{self.name} is already running")
         (self.root / "beam.pid").unlink(missing_ok=True)
+        argv, env = self.cluster.install.command("rabbitmq-server", env=self.env())
         with open(self.root / "server.out", "ab") as out:
             self._script = subprocess.Popen(
-                [str(RABBITMQ_BIN / "rabbitmq-server")], env=self.env(), stdout=out,
+                argv, env=env, stdin=subprocess.DEVNULL, stdout=out,
                 stderr=subprocess.STDOUT, start_new_session=True,
             )
 
@@ -252,12 +273,18 @@ class RabbitNode:
 
     # -- CLI ---------------------------------------------------------------------------------
 
+    def cli(self, program: str, *args: str,
+            timeout_s: float = _CTL_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+        """Run ``program -n <this node> args...`` (a CLI tool of the node's install)."""
+        argv, env = self.cluster.install.command(program, "-n", self.name, *args,
+                                                 env=self.env())
+        # stdin closed: the 4.3 root's CLI (Erlang 29) crashes on some inherited stdins
+        return subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=timeout_s, check=False)
+
     def ctl(self, *args: str, timeout_s: float = _CTL_TIMEOUT_S, check: bool = True) -> str:
         """Run ``rabbitmqctl -n <this node> args...``; return its standard output."""
-        done = subprocess.run(
-            [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.name, *args],
-            env=self.env(), capture_output=True, text=True, timeout=timeout_s, check=False,
-        )
+        done = self.cli("rabbitmqctl", *args, timeout_s=timeout_s)
         if check and done.returncode != 0:
             raise RuntimeError(
                 f"rabbitmqctl -n {self.name} {' '.join(args)} exited {done.returncode}: "
@@ -267,22 +294,11 @@ class RabbitNode:
 
     def is_quorum_critical(self) -> bool:
         """Whether stopping this node now would leave a quorum queue without a majority."""
-        done = subprocess.run(
-            [str(RABBITMQ_BIN / "rabbitmq-queues"), "-n", self.name,
-             "check_if_node_is_quorum_critical"],
-            env=self.env(), capture_output=True, text=True, timeout=_CTL_TIMEOUT_S,
-            check=False,
-        )
-        return done.returncode != 0
+        return self.cli("rabbitmq-queues", "check_if_node_is_quorum_critical").returncode != 0
 
     def running_nodes(self) -> list[str]:
         """Nodes this node sees running in its cluster (empty while it cannot answer)."""
-        done = subprocess.run(
-            [str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.name, "cluster_status",
-             "--formatter", "json"],
-            env=self.env(), capture_output=True, text=True, timeout=_CTL_TIMEOUT_S,
-            check=False,
-        )
+        done = self.cli("rabbitmqctl", "cluster_status", "--formatter", "json")
         if done.returncode != 0:
             return []
         try:
@@ -294,21 +310,27 @@ class RabbitNode:
         """Evaluate an Erlang expression on this node."""
         return self.ctl("eval", expression).strip()
 
-    def partition(self) -> None:
-        """Cut this node off from the others (a wrong cookie blocks the reconnects)."""
-        others = self._other_names()
-        self.eval(
-            f"Os=[{others}], [erlang:set_cookie(N, partitioned) || N <- Os], "
-            "[erlang:disconnect_node(N) || N <- Os], ok."
-        )
+    def partition(self) -> float:
+        """Cut this node off from the others (a wrong cookie blocks the reconnects).
 
-    def heal(self) -> None:
-        """Undo :meth:`partition`: the right cookie again, and reconnect."""
+        Returns when (epoch seconds, the node's clock: this machine's) the cut took effect:
+        the CLI needs seconds to reach the node (2-3 s on 3.10, 3-20 s on 4.3 under load
+        here), so the moment of the call is not the moment of the fault.
+        """
         others = self._other_names()
-        self.eval(
+        return int(self.eval(
+            f"Os=[{others}], [erlang:set_cookie(N, partitioned) || N <- Os], "
+            "[erlang:disconnect_node(N) || N <- Os], os:system_time(millisecond)."
+        )) / 1000
+
+    def heal(self) -> float:
+        """Undo :meth:`partition`: the right cookie again, and reconnect; return when the
+        reconnects were made (epoch seconds, as :meth:`partition`)."""
+        others = self._other_names()
+        return int(self.eval(
             f"Os=[{others}], [erlang:set_cookie(N, erlang:get_cookie()) || N <- Os], "
-            "[net_adm:ping(N) || N <- Os], ok."
-        )
+            "[net_adm:ping(N) || N <- Os], os:system_time(millisecond)."
+        )) / 1000
 
     def _other_names(self) -> str:
         return ",".join(f"'{n.name}'" for n in self.cluster.nodes if n is not self)
@@ -317,20 +339,19 @@ class RabbitNode:
 class RabbitCluster:
     """``size`` private RabbitMQ nodes in one cluster (``size=1``: a lone node).
 
-    Skips the calling test (``pytest.skip``, with the reason) where ``rabbitmq-server`` is
-    not installed. Boot with :meth:`start`; :meth:`close` kills every node and epmd started
-    here and removes the temporary directory.
+    ``install``: where the nodes' RabbitMQ comes from, by default the one the run asked for
+    (:func:`~tests.support.rabbitmq_root.requested_install`). Skips the calling test (with
+    the reason) where the machine's ``rabbitmq-server`` is not installed; fails it where a
+    requested root cannot be used. Boot with :meth:`start`; :meth:`close` kills every node
+    and epmd started here and removes the temporary directory.
     """
 
-    def __init__(self, size: int = 3, *, rabbit_env: dict[str, int] | None = None) -> None:
+    def __init__(self, size: int = 3, *, rabbit_env: dict[str, int] | None = None,
+                 install: RabbitInstall | None = None) -> None:
         """``rabbit_env``: settings of the ``rabbit`` application (``advanced.config``)."""
-        reason = missing_reason()
-        if reason is not None:
-            import pytest
-
-            print(f"skipping: {reason}")  # shown with -s, and in the skip reason
-            pytest.skip(reason)
-        self.root = Path(tempfile.mkdtemp(prefix="taskq-rabbit-nodes-"))
+        self.install = install or requested_install()
+        unusable(self.install)
+        self.root = self.install.make_dir("taskq-rabbit-nodes-")
         self.home = self.root / "home"
         self.home.mkdir()
         cookie = self.home / ".erlang.cookie"
@@ -373,7 +394,7 @@ class RabbitCluster:
         """Boot epmd and every node; return once all run in one cluster (seconds taken)."""
         started_at = time.monotonic()
         self._epmd = subprocess.Popen(
-            ["epmd", "-port", str(self.epmd_port), "-address", "127.0.0.1"],
+            self.install.epmd_command(self.epmd_port), stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
         )
         for node in self.nodes:
@@ -382,8 +403,8 @@ class RabbitCluster:
             node.wait_amqp(timeout_s)
         self.wait_formed(timeout_s)
         self.boot_s = time.monotonic() - started_at
-        logger.info("private RabbitMQ cluster of %d up in %.1fs: %s", len(self.nodes),
-                    self.boot_s, self.nodes)
+        logger.info("private RabbitMQ cluster of %d (%s) up in %.1fs: %s", len(self.nodes),
+                    self.install.label, self.boot_s, self.nodes)
         return self.boot_s
 
     def wait_formed(self, timeout_s: float = BOOT_TIMEOUT_S, *, via: RabbitNode | None = None,
@@ -405,6 +426,10 @@ class RabbitCluster:
             if row.get("name") == queue and row.get("leader"):
                 return self.node_by_name(str(row["leader"]))
         raise LookupError(f"quorum queue {queue!r} has no leader listed")
+
+    def deprecated_feature_lines(self) -> list[str]:
+        """Every node's log lines so far that report a deprecated feature used."""
+        return [line for node in self.nodes for line in node.deprecated_feature_lines()]
 
     def close(self) -> None:
         """Kill every node and epmd started here; remove the temporary directory."""

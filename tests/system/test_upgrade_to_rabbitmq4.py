@@ -34,6 +34,7 @@ from taskq.task import Task
 from tests import upgrade_tasks
 from tests.support.rabbitmq4 import Rabbit4, list_queues
 from tests.support.rabbitmq_nodes import RabbitCluster, RabbitNode
+from tests.support.rabbitmq_root import HOST
 from tests.support.waiting import wait_until
 from tests.system.workers import Worker, count_runs
 from tests.tasks import read_lines
@@ -151,7 +152,8 @@ def test_a_topology_declared_on_3_10_with_tasks_waiting_runs_on_4_3(
     start_worker: Callable[..., Worker],
 ) -> None:
     runs = str(tmp_path / "runs.txt")
-    with RabbitCluster(1) as cluster:
+    # the old broker is the machine's 3.10 whatever TASKQ_TEST_RABBITMQ_ROOT says
+    with RabbitCluster(1, install=HOST) as cluster:
         # Given a 3.10 node (with the shovel plugin) holding taskq's whole topology, and
         # tasks waiting in every queue kind and in the delay tiers
         (cluster.root / "enabled_plugins").write_text("[rabbitmq_shovel].\n")
