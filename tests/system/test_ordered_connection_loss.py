@@ -24,6 +24,7 @@ from tests.conftest import BROKER_URL
 from tests.support.broker import BrokerAdmin
 from tests.support.proxy import TcpProxy
 from tests.support.rabbitmq_nodes import RabbitCluster
+from tests.support.rabbitmq_root import HOST
 from tests.support.waiting import wait_until
 from tests.system.ordering import bound
 from tests.system.workers import Worker
@@ -149,9 +150,15 @@ def test_a_partition_queue_deleted_under_its_consumer_is_consumed_again(
 
 @pytest.fixture(scope="module")
 def timeout_node() -> Iterator[RabbitCluster]:
-    """A private RabbitMQ node whose consumer_timeout is 3 s, checked every second."""
-    with RabbitCluster(1, rabbit_env={"consumer_timeout": 3000,
-                                      "channel_tick_interval": 1000}) as node:
+    """A private RabbitMQ 3.10 node whose consumer_timeout is 3 s, checked every second.
+
+    Always the machine's 3.10, whichever broker the run is on: these tests are about a broker
+    that closes the channel of a held delivery on a classic queue. RabbitMQ 4.3 no longer
+    times out classic queues, and on its quorum queues taskq's consumers ask for a timeout
+    of their own (tests/system/test_worker_quorum_limits.py covers 4.3).
+    """
+    with RabbitCluster(1, install=HOST, rabbit_env={"consumer_timeout": 3000,
+                                                    "channel_tick_interval": 1000}) as node:
         node.start()
         yield node
 
