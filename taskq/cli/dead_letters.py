@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import click
 
-from taskq.cli._common import APP_OPTION, load, reported
+from taskq.cli._common import APP_OPTION, fail, load, reported
 
 
 @click.group()
@@ -79,12 +80,7 @@ def dlq_replay(
 
     app = load(app_path)
     report = runbook.ReplayReport()
-    with reported(), click.progressbar(length=0, label="replaying", file=sys.stderr) as bar:
-
-        def progress(done: int, total: int) -> None:
-            bar.length = total
-            bar.update(1)
-
+    with reported(), _progress("replaying") as progress:
         try:
             runbook.replay(
                 app, queue, unroutable=unroutable, ids=ids, tasks=tasks, limit=limit,
@@ -94,6 +90,24 @@ def dlq_replay(
             click.echo(f"\ninterrupted: {_replay_summary(report)}", err=True)
             sys.exit(130)
     click.echo(_replay_summary(report))
+    unmatched = report.unmatched(ids=ids, tasks=tasks)
+    if unmatched:
+        fail(unmatched)
+
+
+@contextlib.contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on a terminal; nothing when stderr is a pipe or a file (a script)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    with click.progressbar(length=0, label=label, file=sys.stderr) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.length = total
+            bar.update(1)
+
+        yield progress
 
 
 @dlq.command("purge")
