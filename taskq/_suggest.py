@@ -10,13 +10,14 @@ def closest(name: str, candidates: Iterable[str], *, limit: int = 3) -> list[str
     """The candidates ``name`` most likely meant, best first (none when nothing is close).
 
     A task name given without its module (``send`` for ``shop.tasks.send``) matches by its
-    last dotted parts; otherwise spelling decides (``difflib``).
+    last dotted parts (all of them, the name being ambiguous); otherwise spelling decides
+    (``difflib``) and only the best match is offered.
     """
     pool = sorted(set(candidates))
     tail = [c for c in pool if c != name and c.endswith("." + name)]
     if tail:
         return tail[:limit]
-    return difflib.get_close_matches(name, pool, n=limit, cutoff=0.6)
+    return difflib.get_close_matches(name, pool, n=1, cutoff=0.6)
 
 
 def did_you_mean(name: str, candidates: Iterable[str]) -> str:
