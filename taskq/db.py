@@ -55,6 +55,21 @@ def create_engine(url: str, **kwargs: Any) -> Engine:
         ) from None
 
 
+def describe_database_error(exc: BaseException) -> str:
+    """One line for a person: what the database or its driver said.
+
+    SQLAlchemy's text adds the statement and parameters on lines of their own and ends with
+    a link to its background page; in the middle of taskq's sentence those read as noise.
+    """
+    lines = []
+    for line in str(exc).splitlines():
+        if line.startswith(("[SQL:", "[parameters:", "(Background on this error at:")):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return " ".join(lines) or type(exc).__name__
+
+
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
     cursor = dbapi_connection.cursor()
     try:

@@ -14,6 +14,7 @@ from taskq.cli._common import (
     import_from_cwd,
     load,
     queue_names,
+    reported,
     stop_on_signals,
     without_none,
 )
@@ -168,9 +169,11 @@ def relay(app_path: str, loglevel: str) -> None:
     Several relays may run at once on PostgreSQL (rows are claimed with SKIP LOCKED);
     on SQLite run one.
     """
-    from taskq.worker.relay_process import run_relay
+    from taskq.worker.relay_process import check_relay_start, run_relay
 
     configure_logging(loglevel)
     stopping = stop_on_signals()
     app = load(app_path)
+    with reported():
+        check_relay_start(app)
     sys.exit(run_relay(app, stopping))
