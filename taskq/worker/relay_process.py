@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from taskq.broker.connection import LOGIN_REFUSED, check_login
-from taskq.db import describe_database_error
+from taskq.db import describe_database_error, reach_advice
 from taskq.errors import BrokerConnectionError, ConfigurationError
 from taskq.settings import redact_url
 from taskq.worker.process import (
@@ -86,8 +86,9 @@ def run_relay(app: App, should_stop: Any) -> int:
         logger.error("%s", exc)
         return EXIT_FATAL
     except sa.exc.SQLAlchemyError as exc:
-        logger.error("outbox relay cannot reach the database %s: %s",
-                     redact_url(app.settings.database_url), describe_database_error(exc))
+        logger.error("outbox relay cannot reach the database %s: %s; %s",
+                     redact_url(app.settings.database_url), describe_database_error(exc),
+                     reach_advice(app.settings.database_url))
         return 1
     relay = app.relay()
     from taskq.worker import metrics
