@@ -22,6 +22,7 @@ from taskq.worker.process import (
     ChildSpec,
 )
 from taskq.worker.side_process import SupervisedProcess, run_side_process
+from taskq.worker.single_relay import RelayLock
 
 if TYPE_CHECKING:
     from taskq.app import App
@@ -90,16 +91,28 @@ def run_relay(app: App, should_stop: Any) -> int:
                      redact_url(app.settings.database_url), describe_database_error(exc),
                      reach_advice(app.settings.database_url))
         return 1
+    lock = RelayLock(app)
+    try:
+        lock.acquire()
+    except ConfigurationError as exc:  # another relay runs on this SQLite database
+        logger.error("%s", exc)
+        app.close()
+        return EXIT_FATAL
+    try:
+        _relay_until_stopped(app, should_stop)
+    finally:
+        lock.release()
+        app.close()
+    return 0
+
+
+def _relay_until_stopped(app: App, should_stop: Any) -> None:
     relay = app.relay()
     from taskq.worker import metrics
 
     if metrics.is_enabled():
         relay.on_published = metrics.outbox_published().inc
-    try:
-        relay.run(should_stop)
-    finally:
-        app.close()
-    return 0
+    relay.run(should_stop)
 
 
 def relay_main(spec: ChildSpec) -> None:
