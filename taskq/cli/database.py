@@ -9,16 +9,24 @@ import click
 from taskq.cli._common import APP_OPTION, fail, load, parse_duration
 from taskq.db import describe_database_error, reach_advice
 from taskq.errors import ConfigurationError
+from taskq.schema import metadata
 from taskq.settings import redact_url
 
 
-@click.group()
+def _tables_help() -> str:
+    # Read from taskq.metadata, so that a table added there is named here too.
+    names = ", ".join(sorted(table.name for table in metadata.sorted_tables))
+    return (f"Manage taskq's tables in the app's database_url: {names}.\n\n"
+            "Every database but the embedded SQLite default needs `taskq db create` (or a "
+            "migration with taskq.metadata) before the first worker starts.")
+
+
+@click.group(help=_tables_help(), short_help="Create and prune taskq's tables.")
 def db() -> None:
-    """Manage taskq's tables (taskq_outbox, taskq_processed, taskq_results, taskq_schedule,
-    taskq_schedulers)."""
+    pass
 
 
-@db.command("create")
+@db.command("create", short_help="Create taskq's tables that are missing.")
 @APP_OPTION
 def db_create(app_path: str) -> None:
     """Create taskq's tables in the app's database_url if they are missing.
@@ -38,7 +46,7 @@ def db_create(app_path: str) -> None:
     click.echo(f"taskq tables ready in {redact_url(app.settings.database_url)}")
 
 
-@db.command("prune")
+@db.command("prune", short_help="Delete old keys, finished results and workflows.")
 @APP_OPTION
 @click.option(
     "--older-than", "older_than", metavar="AGE",

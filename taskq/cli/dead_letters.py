@@ -13,7 +13,7 @@ import click
 from taskq.cli._common import APP_OPTION, fail, load, reported
 
 
-@click.group()
+@click.group(short_help="List, replay and purge dead letters and unroutable messages.")
 def dlq() -> None:
     """Inspect, replay and purge dead letters (Q.dlq) and unroutable messages.
 
@@ -30,7 +30,7 @@ _UNROUTABLE_OPTION = click.option(
 )
 
 
-@dlq.command("list")
+@dlq.command("list", short_help="List parked messages: id, task, attempts, age, error.")
 @_QUEUE_ARGUMENT
 @APP_OPTION
 @_UNROUTABLE_OPTION
@@ -54,7 +54,7 @@ def dlq_list(
     click.echo(f"{total} message(s) parked; {len(infos)} shown")
 
 
-@dlq.command("replay")
+@dlq.command("replay", short_help="Republish parked messages to their queue, confirmed.")
 @_QUEUE_ARGUMENT
 @APP_OPTION
 @_UNROUTABLE_OPTION
@@ -110,7 +110,7 @@ def _progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
         yield progress
 
 
-@dlq.command("purge")
+@dlq.command("purge", short_help="Delete every parked message of a queue (asks first).")
 @_QUEUE_ARGUMENT
 @APP_OPTION
 @_UNROUTABLE_OPTION
