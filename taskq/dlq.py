@@ -17,7 +17,7 @@
 * **purge** deletes every message of the queue.
 
 A replayed dead letter starts over: ``taskq-retries`` is 0 again, and the ``taskq-error-*``
-headers and RabbitMQ's ``x-death`` family are dropped (DESIGN §6). An unroutable message
+headers and RabbitMQ's ``x-death`` family are dropped (docs/delays.md). An unroutable message
 keeps its ``taskq-retries``: it never failed, it only found no queue.
 """
 
