@@ -16,13 +16,17 @@ DJANGO6_VENV := .venv-django6
 DJANGO6_STAMP := $(DJANGO6_VENV)/.installed
 DJANGO_TESTS := tests/contrib/test_django.py tests/contrib/test_django_tasks.py
 PIP_QUIET := --quiet --disable-pip-version-check
+# Editable installs as a path in a .pth file, not setuptools' default import hook: type
+# checkers (mypy, pyright) do not run import hooks, so with the hook they cannot see taskq
+# (and its py.typed) when checking code that uses it.
+EDITABLE := --config-settings editable_mode=compat -e
 
 .PHONY: venv venv-django6 services browser slow screenshots test faults cluster demo lint
 
 venv: $(STAMP)
 
-# Re-installs only when the package metadata changed (or the venv is new).
-$(STAMP): setup.cfg setup.py
+# Re-installs only when the package metadata or this file changed (or the venv is new).
+$(STAMP): setup.cfg setup.py Makefile
 	@if [ ! -x $(VENV)/bin/pip ] && ! $(PYTHON) -m venv $(VENV); then \
 		rm -rf $(VENV); \
 		if [ "$$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null; then \
@@ -33,13 +37,13 @@ $(STAMP): setup.cfg setup.py
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; \
 		$(PYTHON) -m venv $(VENV); \
 	fi
-	$(VENV_PYTHON) -m pip install $(PIP_QUIET) -e '.[dev,postgres,flask,dashboard,django,django-tasks]' \
+	$(VENV_PYTHON) -m pip install $(PIP_QUIET) $(EDITABLE) '.[dev,postgres,flask,dashboard,django,django-tasks]' \
 		'Django>=4.2,<5'
 	@touch $@
 
 venv-django6: $(DJANGO6_STAMP)
 
-$(DJANGO6_STAMP): setup.cfg setup.py scripts/find-python.sh
+$(DJANGO6_STAMP): setup.cfg setup.py scripts/find-python.sh Makefile
 	@if [ ! -x $(DJANGO6_VENV)/bin/pip ]; then \
 		python=$$(bash scripts/find-python.sh 3.12) || exit 1; \
 		echo "venv-django6: $$python"; \
@@ -51,7 +55,7 @@ $(DJANGO6_STAMP): setup.cfg setup.py scripts/find-python.sh
 			exit 1; \
 		fi; \
 	fi
-	$(DJANGO6_VENV)/bin/python -m pip install $(PIP_QUIET) -e '.[dev,postgres,django]' \
+	$(DJANGO6_VENV)/bin/python -m pip install $(PIP_QUIET) $(EDITABLE) '.[dev,postgres,django]' \
 		'Django>=6.1,<6.2'
 	@touch $@
 

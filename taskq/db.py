@@ -33,26 +33,76 @@ def normalise_url(url: str) -> str:
     return url
 
 
+# What every database URL error ends with: the two databases taskq works on.
+SUPPORTED_DATABASES = (
+    "taskq keeps its tables in PostgreSQL (postgresql://user:password@host:5432/dbname, "
+    "with `pip install taskq[postgres]`) or SQLite (sqlite:///path/to/file.sqlite3, the "
+    "default)"
+)
+_SUPPORTED_BACKENDS = ("postgresql", "sqlite")
+
+
 def create_engine(url: str, **kwargs: Any) -> Engine:
     """Create an engine for taskq's tables with the right per-dialect settings.
 
     Raises:
-        ConfigurationError: the URL cannot be parsed or its driver is not installed.
+        ConfigurationError: the URL cannot be parsed, names a database taskq does not
+            support, or its driver is not installed; the message says which ones work.
     """
     url = normalise_url(url)
+    shown = redact_url(url)
     try:
-        if url.startswith("sqlite"):
+        backend = sa.engine.make_url(url).get_backend_name()
+    except sa.exc.ArgumentError:
+        raise ConfigurationError(
+            f"database URL {shown!r} is not a URL; {SUPPORTED_DATABASES}", url=shown
+        ) from None
+    if backend not in _SUPPORTED_BACKENDS:
+        raise ConfigurationError(
+            f"database URL {shown}: {backend} is not supported; {SUPPORTED_DATABASES}",
+            url=shown,
+        )
+    try:
+        if backend == "sqlite":
             engine = sa.create_engine(url, **kwargs)
             sa.event.listen(engine, "connect", _sqlite_pragmas)
             return engine
         kwargs.setdefault("pool_pre_ping", True)
         return sa.create_engine(url, **kwargs)
-    except (sa.exc.ArgumentError, ImportError) as exc:
+    except ImportError as exc:
         raise ConfigurationError(
-            f"cannot use database URL {redact_url(url)}: {exc}; PostgreSQL needs "
-            "`pip install taskq[postgres]`",
-            url=redact_url(url),
+            f"cannot use database URL {shown}: its driver is not installed ({exc}); "
+            "PostgreSQL needs psycopg 3: `pip install taskq[postgres]`",
+            url=shown,
         ) from None
+    except sa.exc.ArgumentError as exc:
+        raise ConfigurationError(
+            f"cannot use database URL {shown}: {exc}; {SUPPORTED_DATABASES}", url=shown
+        ) from None
+
+
+def reach_advice(url: str) -> str:
+    """What to check when the database of ``url`` cannot be reached or opened."""
+    if normalise_url(url).startswith("sqlite"):
+        return ("check that the SQLite file's directory exists and that this user may "
+                "write there")
+    return ("check that the server runs, that the database exists and that user and "
+            "password are right")
+
+
+def describe_database_error(exc: BaseException) -> str:
+    """One line for a person: what the database or its driver said.
+
+    SQLAlchemy's text adds the statement and parameters on lines of their own and ends with
+    a link to its background page; in the middle of taskq's sentence those read as noise.
+    """
+    lines = []
+    for line in str(exc).splitlines():
+        if line.startswith(("[SQL:", "[parameters:", "(Background on this error at:")):
+            break
+        if line.strip():
+            lines.append(line.strip())
+    return " ".join(lines) or type(exc).__name__
 
 
 def _sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:

@@ -17,7 +17,7 @@
 * **purge** deletes every message of the queue.
 
 A replayed dead letter starts over: ``taskq-retries`` is 0 again, and the ``taskq-error-*``
-headers and RabbitMQ's ``x-death`` family are dropped (DESIGN §6). An unroutable message
+headers and RabbitMQ's ``x-death`` family are dropped (docs/delays.md). An unroutable message
 keeps its ``taskq-retries``: it never failed, it only found no queue.
 """
 
@@ -26,10 +26,12 @@ from __future__ import annotations
 import functools
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Collection
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from taskq._suggest import did_you_mean
 from taskq.broker.parked import Parked, ParkedQueue
 from taskq.broker.topology import DELAY_LEVEL_HEADER_PREFIX, dlq_name, validate_queue_name
 from taskq.errors import ConfigurationError
@@ -93,12 +95,37 @@ class ReplayReport:
         replayed: Republished (confirmed) and removed from the parking queue.
         skipped: Left in place: not selected by ``--id``/``--task``.
         unroutable: Left in ``ns.unroutable``: their destination queue does not exist.
+        source: The parking queue replayed.
+        total: Messages in it when the replay started.
+        parked_tasks: How many examined messages each task name had.
+        parked_ids: The task ids of the examined messages.
     """
 
     examined: int = 0
     replayed: int = 0
     skipped: int = 0
     unroutable: int = 0
+    source: str = ""
+    total: int = 0
+    parked_tasks: Counter[str] = field(default_factory=Counter)
+    parked_ids: set[str] = field(default_factory=set)
+
+    def unmatched(self, *, ids: Collection[str] = (), tasks: Collection[str] = ()) -> str:
+        """What of ``--id``/``--task`` matched no parked message, for the user; ``""`` if all
+        did, or if the replay stopped (``--limit``) before it looked at every message."""
+        if self.examined < self.total:
+            return ""
+        problems = []
+        for task in sorted(set(tasks) - set(self.parked_tasks)):
+            problems.append(f"no message of task {task!r} is parked in {self.source}"
+                            f"{did_you_mean(task, self.parked_tasks)}")
+        for task_id in sorted(set(ids) - self.parked_ids):
+            problems.append(f"no message in {self.source} has task id {task_id!r}")
+        if not problems:
+            return ""
+        parked = ", ".join(f"{name} ({count})"
+                           for name, count in sorted(self.parked_tasks.items())) or "nothing"
+        return f"{'; '.join(problems)}. Parked there by task: {parked}"
 
 
 Progress = Callable[[int, int], None]
@@ -115,7 +142,11 @@ def source_queue(app: App, queue: str | None, *, unroutable: bool) -> str:
             raise ConfigurationError("give a queue or --unroutable, not both")
         return app.topology.unroutable
     if not queue:
-        raise ConfigurationError("give the work queue whose dead letters to use, e.g. emails")
+        names = ", ".join(app.queue_names())
+        raise ConfigurationError(
+            f"give the work queue whose dead letters to use (app {app.name}'s queues: "
+            f"{names}), or --unroutable for {app.topology.unroutable}"
+        )
     return dlq_name(validate_queue_name(queue))
 
 
@@ -182,13 +213,18 @@ def replay(
     select = _selector(set(ids), set(tasks))
     exchange = app.topology.exchange
     with ParkedQueue(app.settings, source_queue(app, queue, unroutable=unroutable)) as lot:
-        total = lot.depth
+        report.source = lot.queue
+        total = report.total = lot.depth
         exists = functools.lru_cache(maxsize=1024)(lot.queue_exists)
         while report.examined < total and (limit is None or report.replayed < limit):
             parked = lot.get()
             if parked is None:
+                report.total = report.examined  # fewer than counted (another consumer)
                 break
             report.examined += 1
+            report.parked_tasks[_str(parked.message.headers.get(TASK)) or "(no task name)"] += 1
+            if parked.message.message_id:
+                report.parked_ids.add(parked.message.message_id)
             destination = _destination(app, queue, parked)
             if not select(parked):
                 report.skipped += 1

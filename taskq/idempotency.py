@@ -25,7 +25,7 @@ one). Three ways to use it, from weakest to strongest:
   again.
 
 Connection failures of taskq's own database are infrastructure faults, not task failures
-(:func:`is_database_outage`, DESIGN §8): the worker sends the delivery back to its queue.
+(:func:`is_database_outage`, docs/reliability.md): the worker sends the delivery back to its queue.
 """
 
 from __future__ import annotations

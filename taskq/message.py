@@ -1,4 +1,4 @@
-"""The envelope of a task and its AMQP form: wire protocol v1 (DESIGN §4, docs/PROTOCOL.md).
+"""The envelope of a task and its AMQP form: wire protocol v1 (docs/PROTOCOL.md).
 
 :class:`Envelope` is what taskq code works with; :class:`WireMessage` is what travels: a
 body (see :mod:`taskq.codec`), a few AMQP properties and ``taskq-*`` headers. It stays
@@ -50,7 +50,7 @@ ATTEMPTS = "taskq-attempts"
 FAILED_AT = "taskq-failed-at"
 ORIGIN_QUEUE = "taskq-origin-queue"
 
-# Set by RabbitMQ on each dead-lettering; never republished (DESIGN §6).
+# Set by RabbitMQ on each dead-lettering; never republished (docs/delays.md).
 X_DEATH = "x-death"
 _X_DEATH_PREFIXES = ("x-first-death-", "x-last-death-")
 

@@ -3,7 +3,7 @@
 A copy keeps body and properties; its headers lose what would misroute or drop it:
 RabbitMQ's ``x-death`` family (a broker before 4.0.1 silently drops a message whose
 ``x-death`` shows a dead-letter cycle) and the ``CC``/``BCC`` routing headers. A dead letter
-also gains the ``taskq-error-*`` headers of DESIGN §4.
+also gains the ``taskq-error-*`` headers of docs/PROTOCOL.md.
 """
 
 from __future__ import annotations

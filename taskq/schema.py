@@ -1,4 +1,4 @@
-"""``taskq.metadata``: the tables taskq keeps in the application's database (DESIGN §5).
+"""``taskq.metadata``: the tables taskq keeps in the application's database.
 
 Add ``taskq.metadata`` to Alembic's ``target_metadata`` (it can be a list) so that
 autogenerate sees these tables, or create them with ``app.create_tables()`` /

@@ -37,7 +37,7 @@ class Settings:
     Build it with :meth:`Settings.load`, which applies environment variables and overrides.
     """
 
-    # Prefix of every exchange and queue taskq declares (DESIGN §3).
+    # Prefix of every exchange and queue taskq declares (docs/PROTOCOL.md, Topology).
     namespace: str = "taskq"
     # AMQP URL of RabbitMQ, or several nodes of one cluster separated by ";" (a list in
     # code is joined so); the password never appears in logs or errors.

@@ -13,6 +13,7 @@ import logging
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from taskq._table import aligned
 from taskq.broker import topology as topo
 from taskq.broker.inspect import QueueStats, snapshot
 from taskq.broker.versions import BrokerVersion
@@ -232,15 +233,14 @@ def render(status: Status) -> str:
             lines.append(f"  broker version: {status.broker_version}")
             lines.extend(f"    {decision}" for decision in status.decisions)
         rates = status.source == "management"
-        lines.append(f"  {'queue':<32} {'ready':>8} {'unacked':>8} {'consumers':>9} "
-                     f"{'dead':>6}" + (f" {'publish/s':>9} {'ack/s':>8}" if rates else ""))
+        rows = [["queue", "ready", "unacked", "consumers", "dead"]
+                + (["publish/s", "ack/s"] if rates else [])]
         for q in status.queues:
             unacked = "-" if q.unacked is None else str(q.unacked)
             name = q.name if q.exists else f"{q.name} (not declared)"
-            lines.append(f"  {name:<32} {q.ready:>8} {unacked:>8} {q.consumers:>9} "
-                         f"{q.dead_letters:>6}" + (
-                             f" {_per_s(q.published_per_s):>9} {_per_s(q.acked_per_s):>8}"
-                             if rates else ""))
+            rows.append([name, str(q.ready), unacked, str(q.consumers), str(q.dead_letters)]
+                        + ([_per_s(q.published_per_s), _per_s(q.acked_per_s)] if rates else []))
+        lines.extend(aligned(rows, right=range(1, len(rows[0]))))
         lines.extend(render_ordered(status.ordered))
         lines.append(f"  unroutable (parked): {status.unroutable}")
         lines.append(f"  delayed (in delay tiers): {status.delayed}; delay backend: "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 from typing import Any
 
 from flask import Flask, abort, current_app, request
@@ -67,7 +68,9 @@ def place_order(email: str, total_cents: int) -> Order:
 
 def create_app(config: dict[str, Any] | None = None) -> Flask:
     """The shop's Flask app; ``config`` overrides the defaults and the environment."""
-    app = Flask(__name__)
+    # Flask puts the instance folder beside the top-level package (examples/), which is the
+    # repository root here: keep it in the example's own directory instead.
+    app = Flask(__name__, instance_path=str(Path(__file__).resolve().parent / "instance"))
     app.config.from_mapping(
         SHOP_NAME="Flask shop",
         SQLALCHEMY_DATABASE_URI=os.environ.get(

@@ -132,7 +132,7 @@ def method_frame(channel_number: int, exchange: str, routing_key: str, mandatory
 
 
 def content_frames(channel_number: int, wire: WireMessage, body_max: int) -> bytes:
-    """The header frame and body frame(s) of ``wire``: always persistent (DESIGN §4).
+    """The header frame and body frame(s) of ``wire``: always persistent (docs/PROTOCOL.md).
 
     ``body_max`` is the largest body frame payload the connection negotiated (frame_max - 8).
 

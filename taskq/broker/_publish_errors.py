@@ -86,6 +86,7 @@ class PublishErrors:
             url=self._url,
             reason=reason,
             unconfirmed_ids=list(ids),
+            what=what,
         )
 
     def failure(

@@ -29,6 +29,11 @@ from taskq.errors import BrokerConnectionError, TopologyError
 from taskq.settings import Settings, redact_url
 
 logger = logging.getLogger(__name__)
+# ``reason`` of a BrokerConnectionError: every node refused the user and password, or none
+# answered (or they failed in different ways).
+LOGIN_REFUSED = "login_refused"
+UNREACHABLE = "unreachable"
+
 _T = TypeVar("_T")
 
 
@@ -131,6 +136,20 @@ def open_connection(
     raise _connect_error(settings, failures)
 
 
+def check_login(settings: Settings, *, client_name: str) -> None:
+    """Open and close one connection: is the broker there, and does it accept the login?
+
+    Raises:
+        BrokerConnectionError: ``reason`` is ``LOGIN_REFUSED`` (a configuration error:
+            waiting does not fix it) or ``UNREACHABLE``.
+    """
+    connection = open_connection(settings, client_name=client_name)
+    try:
+        connection.close()
+    except (pika.exceptions.AMQPError, OSError):
+        logger.debug("closing the login check's connection failed", exc_info=True)
+
+
 def _connect_error(
     settings: Settings, failures: list[tuple[str, BaseException]]
 ) -> BrokerConnectionError:
@@ -143,6 +162,7 @@ def _connect_error(
             f"RabbitMQ at {masked} refused the login: check the "
             "user and password in TASKQ_BROKER_URL",
             url=masked,
+            reason=LOGIN_REFUSED,
         )
     elif len(failures) == 1:
         error = BrokerConnectionError(
@@ -150,6 +170,7 @@ def _connect_error(
             f"({type(last).__name__}: {_detail(last)}); is the broker running and "
             "is TASKQ_BROKER_URL right?",
             url=masked,
+            reason=UNREACHABLE,
         )
     else:
         each = "; ".join(
@@ -159,6 +180,7 @@ def _connect_error(
             f"cannot connect to any of the {len(failures)} RabbitMQ nodes ({each}); are the "
             "nodes running and is TASKQ_BROKER_URL right?",
             url=masked,
+            reason=UNREACHABLE,
         )
     error.__cause__ = refused[-1] if len(refused) == len(failures) else last
     return error

@@ -369,4 +369,6 @@ class PluginPublisher(ProcessLink[_NonMandatoryChannel]):
             url=self._url,
             reason=reason,
             unconfirmed_ids=list(ids),
+            what=f"delayed message(s) {shown} were not confirmed by RabbitMQ at {self._url} "
+            f"({what})",
         )

@@ -447,7 +447,7 @@ class _NodesUnreachable(Exception):
 
 
 def _properties(wire: WireMessage) -> pika.BasicProperties:
-    """AMQP properties of ``wire`` (DESIGN §4): always persistent."""
+    """AMQP properties of ``wire`` (docs/PROTOCOL.md): always persistent."""
     return pika.BasicProperties(
         content_type=wire.content_type,
         delivery_mode=_PERSISTENT,

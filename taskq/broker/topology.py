@@ -1,4 +1,6 @@
-"""Names and declare arguments of every exchange and queue (DESIGN §3): pure data, no I/O.
+"""Names and declare arguments of every exchange and queue: pure data, no I/O.
+
+The objects and their arguments are listed in docs/PROTOCOL.md ("Topology").
 
 No other module spells ``.dlq``, ``.dlx`` or ``.unroutable``: they ask this one.
 
@@ -244,7 +246,7 @@ def queue_declarations(
     )
 
 
-# -- delays (DESIGN §6; see taskq.delay for how messages walk the tiers) -------------------
+# -- delays (docs/delays.md; see taskq.delay for how messages walk the tiers) -------------------
 
 # Tier N holds messages for 2**N ms. 36 tiers reach 2**36 - 1 ms (about 795 days): more than
 # the 30 days asked, and more than the plugin's limit, so that longer plugin delays have a way.

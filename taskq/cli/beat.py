@@ -14,7 +14,8 @@ _APP_OPTION = click.option(
 )
 
 
-@click.group(invoke_without_command=True)
+@click.group(invoke_without_command=True,
+             short_help="Run the scheduler of periodic tasks; `beat list` shows them.")
 @_APP_OPTION
 @LOGLEVEL_OPTION
 @click.pass_context
@@ -45,7 +46,7 @@ def run(ctx: click.Context, app_path: str | None, loglevel: str) -> None:
     sys.exit(run_beat(app, stopping))
 
 
-@beat.command("list")
+@beat.command("list", short_help="Show every schedule with its next and last run.")
 @_APP_OPTION
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 @click.pass_context

@@ -38,7 +38,7 @@ def dashboard_server(app: Any, **options: Any) -> Any:
     return DashboardServer(app, **options)
 
 
-@click.command()
+@click.command(short_help="Serve the web dashboard: queues, dead letters, tasks, schedules.")
 @APP_OPTION
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to bind; anything but loopback needs --token.")

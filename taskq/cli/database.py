@@ -7,16 +7,26 @@ from datetime import timedelta
 import click
 
 from taskq.cli._common import APP_OPTION, fail, load, parse_duration
+from taskq.db import describe_database_error, reach_advice
+from taskq.errors import ConfigurationError
+from taskq.schema import metadata
 from taskq.settings import redact_url
 
 
-@click.group()
+def _tables_help() -> str:
+    # Read from taskq.metadata, so that a table added there is named here too.
+    names = ", ".join(sorted(table.name for table in metadata.sorted_tables))
+    return (f"Manage taskq's tables in the app's database_url: {names}.\n\n"
+            "Every database but the embedded SQLite default needs `taskq db create` (or a "
+            "migration with taskq.metadata) before the first worker starts.")
+
+
+@click.group(help=_tables_help(), short_help="Create and prune taskq's tables.")
 def db() -> None:
-    """Manage taskq's tables (taskq_outbox, taskq_processed, taskq_results, taskq_schedule,
-    taskq_schedulers)."""
+    pass
 
 
-@db.command("create")
+@db.command("create", short_help="Create taskq's tables that are missing.")
 @APP_OPTION
 def db_create(app_path: str) -> None:
     """Create taskq's tables in the app's database_url if they are missing.
@@ -25,14 +35,18 @@ def db_create(app_path: str) -> None:
     target_metadata.
     """
     app = load(app_path)
+    url = app.settings.database_url
     try:
         app.create_tables()
+    except ConfigurationError as exc:  # a URL that cannot work names itself
+        fail(str(exc), exc.exit_code)
     except Exception as exc:  # SQLAlchemy errors name the database; the URL is redacted
-        fail(f"cannot create tables in {redact_url(app.settings.database_url)}: {exc}")
+        fail(f"cannot create tables in {redact_url(url)}: {describe_database_error(exc)}; "
+             f"{reach_advice(url)}")
     click.echo(f"taskq tables ready in {redact_url(app.settings.database_url)}")
 
 
-@db.command("prune")
+@db.command("prune", short_help="Delete old keys, finished results and workflows.")
 @APP_OPTION
 @click.option(
     "--older-than", "older_than", metavar="AGE",
@@ -55,8 +69,11 @@ def db_prune(app_path: str, older_than: str | None, batch_size: int) -> None:
         results = app.results.prune(older_than=timedelta(seconds=age_s), batch_size=batch_size)
         workflows = prune_workflows(app.engine, older_than=timedelta(seconds=age_s),
                                     batch_size=batch_size)
+    except ConfigurationError as exc:
+        fail(str(exc), exc.exit_code)
     except Exception as exc:
-        fail(f"cannot prune keys in {redact_url(app.settings.database_url)}: {exc}")
+        fail(f"cannot prune keys in {redact_url(app.settings.database_url)}: "
+             f"{describe_database_error(exc)}; {reach_advice(app.settings.database_url)}")
     click.echo(f"deleted {deleted} idempotency keys older than {timedelta(seconds=age_s)}")
     click.echo(f"deleted {results} finished task results older than {timedelta(seconds=age_s)}")
     click.echo(f"deleted {workflows} finished workflows (and their members) older than "

@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import click
 
-from taskq.cli._common import APP_OPTION, load, reported
+from taskq.cli._common import APP_OPTION, fail, load, reported
 
 
-@click.group()
+@click.group(short_help="List, replay and purge dead letters and unroutable messages.")
 def dlq() -> None:
     """Inspect, replay and purge dead letters (Q.dlq) and unroutable messages.
 
@@ -29,7 +30,7 @@ _UNROUTABLE_OPTION = click.option(
 )
 
 
-@dlq.command("list")
+@dlq.command("list", short_help="List parked messages: id, task, attempts, age, error.")
 @_QUEUE_ARGUMENT
 @APP_OPTION
 @_UNROUTABLE_OPTION
@@ -53,7 +54,7 @@ def dlq_list(
     click.echo(f"{total} message(s) parked; {len(infos)} shown")
 
 
-@dlq.command("replay")
+@dlq.command("replay", short_help="Republish parked messages to their queue, confirmed.")
 @_QUEUE_ARGUMENT
 @APP_OPTION
 @_UNROUTABLE_OPTION
@@ -79,12 +80,7 @@ def dlq_replay(
 
     app = load(app_path)
     report = runbook.ReplayReport()
-    with reported(), click.progressbar(length=0, label="replaying", file=sys.stderr) as bar:
-
-        def progress(done: int, total: int) -> None:
-            bar.length = total
-            bar.update(1)
-
+    with reported(), _progress("replaying") as progress:
         try:
             runbook.replay(
                 app, queue, unroutable=unroutable, ids=ids, tasks=tasks, limit=limit,
@@ -94,9 +90,27 @@ def dlq_replay(
             click.echo(f"\ninterrupted: {_replay_summary(report)}", err=True)
             sys.exit(130)
     click.echo(_replay_summary(report))
+    unmatched = report.unmatched(ids=ids, tasks=tasks)
+    if unmatched:
+        fail(unmatched)
 
 
-@dlq.command("purge")
+@contextlib.contextmanager
+def _progress(label: str) -> Iterator[Callable[[int, int], None] | None]:
+    """A progress bar on a terminal; nothing when stderr is a pipe or a file (a script)."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    with click.progressbar(length=0, label=label, file=sys.stderr) as bar:
+
+        def progress(done: int, total: int) -> None:
+            bar.length = total
+            bar.update(1)
+
+        yield progress
+
+
+@dlq.command("purge", short_help="Delete every parked message of a queue (asks first).")
 @_QUEUE_ARGUMENT
 @APP_OPTION
 @_UNROUTABLE_OPTION

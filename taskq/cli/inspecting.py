@@ -10,7 +10,7 @@ from taskq.cli._common import APP_OPTION, fail, load, queue_names
 from taskq.errors import TaskqError
 
 
-@click.command()
+@click.command(short_help="Show queues, dead letters, delays, the outbox and schedules.")
 @APP_OPTION
 @click.option("-Q", "--queues", metavar="Q1,Q2", help="Queues to show (default: all).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
@@ -44,7 +44,7 @@ def status(app_path: str, queues: str | None, as_json: bool, watch: float | None
         sys.exit(1)
 
 
-@click.command()
+@click.command(short_help="Show the state of a task id or a workflow.")
 @APP_OPTION
 @click.argument("task_id")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")

@@ -14,18 +14,19 @@ from taskq.cli._common import (
     import_from_cwd,
     load,
     queue_names,
+    reported,
     stop_on_signals,
     without_none,
 )
 from taskq.cli.dashboard import ENV_TOKEN, dashboard_server
 from taskq.errors import TaskqError
-from taskq.worker.monitoring import Monitoring
+from taskq.worker.monitoring import LOOPBACK, Monitoring
 from taskq.worker.preflight import DECLARE_NEW_QUEUES_FLAG, check_known_queues
 from taskq.worker.process import configure_logging, load_app
 from taskq.worker.supervisor import Supervisor
 
 
-@click.command()
+@click.command(short_help="Run tasks: a supervisor and N processes consuming the queues.")
 @click.option(
     "-A", "--app", "app_path", required=True, metavar="MODULE:APP",
     help="The taskq.App to run, e.g. myproject.tasks:app.",
@@ -69,6 +70,11 @@ from taskq.worker.supervisor import Supervisor
     help="Serve Prometheus metrics on /metrics and a health probe on /healthz.",
 )
 @click.option(
+    "--metrics-host", default=LOOPBACK, show_default=True, metavar="HOST",
+    help="Interface of --metrics-port; 0.0.0.0 when Prometheus or a probe on another host "
+    "(or outside a container) must reach it.",
+)
+@click.option(
     "--dashboard-port", type=click.IntRange(0, 65535), metavar="PORT",
     help="Serve the dashboard from the supervisor on 127.0.0.1:PORT (taskq[dashboard]).",
 )
@@ -103,6 +109,7 @@ def worker(
     relay: bool,
     beat: bool,
     metrics_port: int | None,
+    metrics_host: str,
     dashboard_port: int | None,
     dashboard_host: str,
     dashboard_token: str | None,
@@ -140,7 +147,7 @@ def worker(
             loglevel=loglevel.upper(),
             relay=relay,
             monitoring=Monitoring(
-                metrics_port=metrics_port, health_file=health_file,
+                metrics_port=metrics_port, metrics_host=metrics_host, health_file=health_file,
                 sidecars=_dashboard(app, dashboard_port, dashboard_host, dashboard_token),
             ),
             log_format=log_format,
@@ -159,7 +166,7 @@ def _dashboard(app: Any, port: int | None, host: str, token: str | None) -> tupl
     return (dashboard_server(app, host=host, port=port, token=token),)
 
 
-@click.command()
+@click.command(short_help="Publish committed outbox rows (the relay without workers).")
 @APP_OPTION
 @LOGLEVEL_OPTION
 def relay(app_path: str, loglevel: str) -> None:
@@ -168,9 +175,11 @@ def relay(app_path: str, loglevel: str) -> None:
     Several relays may run at once on PostgreSQL (rows are claimed with SKIP LOCKED);
     on SQLite run one.
     """
-    from taskq.worker.relay_process import run_relay
+    from taskq.worker.relay_process import check_relay_start, run_relay
 
     configure_logging(loglevel)
     stopping = stop_on_signals()
     app = load(app_path)
+    with reported():
+        check_relay_start(app)
     sys.exit(run_relay(app, stopping))

@@ -1,4 +1,4 @@
-"""Delay backends: how a message waits in RabbitMQ until it is due (DESIGN §6).
+"""Delay backends: how a message waits in RabbitMQ until it is due (docs/delays.md).
 
 :mod:`taskq.retry` decides *when* to run again; this package decides *how* to wait. Nothing
 here holds a message in a process: a delayed message waits in the broker, never unacked in a

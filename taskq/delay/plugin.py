@@ -1,4 +1,4 @@
-"""Delays through ``rabbitmq_delayed_message_exchange`` (DESIGN §6).
+"""Delays through ``rabbitmq_delayed_message_exchange`` (docs/delays.md).
 
 The ``x-delayed-message`` exchange ``ns.delayed`` with an integer ``x-delay`` header (ms),
 published without ``mandatory`` and without an alternate exchange (the plugin returns every

@@ -1,4 +1,4 @@
-"""Plugin-free delays: fixed-TTL tier queues that dead-letter onward (DESIGN §6).
+"""Plugin-free delays: fixed-TTL tier queues that dead-letter onward (docs/delays.md).
 
 Works on any RabbitMQ. Tier ``N`` is a queue with a fixed ``x-message-ttl`` of ``2**N`` ms
 behind a headers exchange. A message's delay in

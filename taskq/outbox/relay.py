@@ -26,7 +26,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from taskq.broker.publisher import OUTAGE_REASONS, Publisher
-from taskq.db import utcnow
+from taskq.db import describe_database_error, utcnow
 from taskq.delay.backend import DelayBackend, DelayedMessage
 from taskq.delay.maths import eta_ms_of
 from taskq.errors import BrokerError, ConfigurationError, PublishError, TopologyError
@@ -354,9 +354,15 @@ class OutboxRelay:
         delay_s *= random.uniform(0.5, 1.0)
         if self._broker_down_since is None:
             self._broker_down_since = time.monotonic()
-            logger.warning(
-                "outbox relay %s (%s); rows stay in the outbox, retrying with "
-                "backoff up to %.0fs", what, exc, self.config.retry_max_s,
+            # The publisher's own advice ("enqueue again") is for producers; here the rows
+            # wait in the outbox, so only what happened is kept. A refused login is logged
+            # as an error: waiting does not fix it, the credentials must be.
+            refused = getattr(exc, "reason", None) == "login_refused"
+            logger.log(
+                logging.ERROR if refused else logging.WARNING,
+                "outbox relay %s: %s; rows stay in the outbox and are published once it "
+                "succeeds, retrying with backoff up to %.0fs",
+                what, _cause(exc), self.config.retry_max_s,
             )
         return delay_s
 
@@ -376,3 +382,13 @@ class OutboxRelay:
             except Exception:
                 logger.warning("LISTEN unavailable; the relay polls", exc_info=True)
         return EventWaker()
+
+
+def _cause(exc: BaseException) -> str:
+    """What went wrong, without advice meant for someone else (a producer's "enqueue again")."""
+    what = getattr(exc, "what", None)
+    if isinstance(what, str):
+        return what
+    if isinstance(exc, sa.exc.SQLAlchemyError):
+        return describe_database_error(exc)
+    return str(exc)

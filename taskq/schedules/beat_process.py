@@ -38,7 +38,7 @@ def run_beat(app: App, should_stop: Callable[[], bool]) -> int:
     """
     try:
         for table in _TABLES:
-            if not ensure_table(app, table, "the scheduler"):
+            if not ensure_table(app, table, "the scheduler", log=logger):
                 return EXIT_FATAL
         Scheduler(app).run(should_stop)
     except ConfigurationError as exc:

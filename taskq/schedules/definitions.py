@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Protocol
 
+from taskq._suggest import did_you_mean
 from taskq.broker.topology import validate_queue_name
 from taskq.errors import ConfigurationError
 from taskq.message import SCHEDULE, SCHEDULE_TICK, Envelope
@@ -198,9 +199,11 @@ class Schedules:
         if isinstance(task, str):
             found = self._app.registry.lookup(task)
             if found is None:
+                names = self._app.registry.names()
                 raise ConfigurationError(
                     f"periodic task: task {task!r} is not registered in app "
-                    f"{self._app.name!r}; register it with @app.task first"
+                    f"{self._app.name!r}{did_you_mean(task, names)}; register it with "
+                    "@app.task before the schedule that names it, or pass the task itself"
                 )
             return found
         if not isinstance(task, Task):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from taskq._table import aligned
 from taskq.db import utcnow
 from taskq.schedules.definitions import Schedules, iso_utc
 from taskq.schedules.store import ScheduleRow, SchedulerRow, ScheduleStore
@@ -96,11 +97,11 @@ def render(report: ScheduleReport, *, now: datetime | None = None) -> list[str]:
     if not report.schedules:
         return []
     now = now or utcnow()
-    lines = [f"  {'schedule':<24} {'task':<28} {'when':<28} {'next run':<22} last run"]
-    for s in report.schedules:
-        lines.append(_line(s, now))
-    for s in report.undefined:
-        lines.append(_line(s, now) + " (not defined in this app)")
+    rows = [["schedule", "task", "when", "next run", "last run"]]
+    rows += [_row(s) for s in report.schedules]
+    rows += [[*_row(s)[:-1], _row(s)[-1] + " (not defined in this app)"]
+             for s in report.undefined]
+    lines = aligned(rows)
     if report.error:
         lines.append(f"  schedules: ERROR cannot read taskq_schedule: {report.error}")
     lines.append(f"  schedulers seen: {len(report.schedulers)}")
@@ -111,6 +112,6 @@ def render(report: ScheduleReport, *, now: datetime | None = None) -> list[str]:
     return lines
 
 
-def _line(status: ScheduleStatus, now: datetime) -> str:
-    return (f"  {status.name:<24} {status.task:<28} {status.schedule:<28} "
-            f"{status.next_run or 'not stored yet':<22} {status.last_run or 'never'}")
+def _row(status: ScheduleStatus) -> list[str]:
+    return [status.name, status.task, status.schedule, status.next_run or "not stored yet",
+            status.last_run or "never"]

@@ -1,7 +1,8 @@
 """Dead-lettering: a copy of the delivery goes to ``Q.dlq`` with the reason, then the ack.
 
 The copy keeps body and properties; its headers drop RabbitMQ's ``x-death`` family and gain
-the ``taskq-error-*`` headers of DESIGN §4 (type, message, traceback, attempts, origin queue).
+the ``taskq-error-*`` headers of docs/PROTOCOL.md (type, message, traceback, attempts, origin
+queue).
 It is published to the dead-letter exchange with confirms *before* the delivery is acked: a
 crash between the two leaves a duplicate dead letter, never a lost message.
 

@@ -5,8 +5,8 @@ the cost on the hot path is one truthiness check. An observer that raises is log
 never changes what happens to the message, with one exception: :meth:`Observer.completed`
 runs before the ack, and when it cannot reach its database (a
 :class:`~taskq.errors.ResultError` with ``unavailable=True``) the delivery goes back to the
-queue instead (DESIGN §8), and :meth:`Observer.held` lets its redelivery be settled without
-running the task again.
+queue instead (docs/reliability.md), and :meth:`Observer.held` lets its redelivery be settled
+without running the task again.
 """
 
 from __future__ import annotations

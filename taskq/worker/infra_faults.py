@@ -1,4 +1,4 @@
-"""Infrastructure faults are not task failures (DESIGN §8).
+"""Infrastructure faults are not task failures (docs/reliability.md).
 
 When taskq's own database or broker cannot be reached, the delivery in hand did nothing
 wrong. Two cases, two answers:

@@ -330,8 +330,9 @@ class WorkerLoop:
         """Store the result, *then* ack (a crash between them leaves a duplicate, not a task
         STARTED forever), then log and tell the observers.
 
-        A result that cannot reach the database is an infrastructure fault (DESIGN §8): the
-        delivery is held and the write retried with backoff (the task does not run again).
+        A result that cannot reach the database is an infrastructure fault
+        (docs/reliability.md): the delivery is held and the write retried with backoff (the
+        task does not run again).
         Only when it can no longer be held (channel lost, worker stopping) does it go back to
         the queue; the observers hold the outcome, so if it comes back to this process it is
         stored without running again.

@@ -120,7 +120,7 @@ class MetricsServer:
         alive: Returns how many worker processes run.
         restarts: Returns how many were replaced after dying.
         backlog: Returns the outbox backlog, or ``None`` when no relay runs here.
-        host: Interface to bind.
+        host: Interface to bind (``Monitoring.metrics_host``: loopback unless told).
     """
 
     def __init__(
@@ -131,7 +131,7 @@ class MetricsServer:
         alive: Callable[[], int],
         restarts: Callable[[], int],
         backlog: Callable[[], Any] | None = None,
-        host: str = "0.0.0.0",
+        host: str,
     ) -> None:
         from prometheus_client import CollectorRegistry, make_wsgi_app, multiprocess
 
@@ -149,6 +149,7 @@ class MetricsServer:
             return metrics_app(environ, start_response)  # type: ignore[no-any-return]
 
         self._server: WSGIServer = make_server(host, port, app, handler_class=_QuietHandler)
+        self.host = host
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, name="taskq-metrics",
                                         daemon=True)
@@ -156,7 +157,8 @@ class MetricsServer:
     def start(self) -> MetricsServer:
         """Start serving; returns ``self``."""
         self._thread.start()
-        logger.info("metrics on http://0.0.0.0:%d/metrics, health on /healthz", self.port)
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        logger.info("metrics on http://%s:%d/metrics, health on /healthz", shown, self.port)
         return self
 
     def stop(self) -> None:

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from taskq.worker.sidecars import Sidecar
 
 # A process that has not looked at its consumer for this long is unhealthy.
+# The metrics server's interface unless --metrics-host says otherwise: /metrics and /healthz
+# tell about the app's queues and workers, so they are not offered to the network unasked.
+LOOPBACK = "127.0.0.1"
 HEALTH_STALE_S = 10.0
 # How often the health file is touched while healthy (probes check its age).
 HEALTH_TOUCH_INTERVAL_S = 1.0
@@ -48,11 +51,14 @@ class Monitoring:
 
     Args:
         metrics_port: Serve Prometheus ``/metrics`` and ``/healthz`` on this port.
+        metrics_host: The interface it binds: loopback unless told otherwise (``0.0.0.0``
+            for a scraper or probe on another host, e.g. in a container).
         health_file: Touch this file about every second while healthy.
         sidecars: Servers run on threads of the supervisor (the dashboard).
     """
 
     metrics_port: int | None = None
+    metrics_host: str = LOOPBACK
     health_file: str | None = None
     sidecars: tuple[Sidecar, ...] = ()
 
@@ -88,7 +94,7 @@ class SupervisorMonitor:
         metrics.enable_multiprocess(self._directory)
         self._server = metrics.MetricsServer(
             port, healthy=lambda: self._healthy(time.monotonic()), alive=alive, restarts=restarts,
-            backlog=backlog,
+            backlog=backlog, host=self.monitoring.metrics_host,
         ).start()
 
     def stop(self) -> None:

@@ -18,6 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from taskq.broker.topology import Topology
+from taskq.db import describe_database_error, reach_advice
 from taskq.errors import ConfigurationError
 from taskq.ordering.keys import partition_queue_name
 from taskq.settings import redact_url
@@ -112,11 +113,13 @@ def ensure_idempotency_table(app: App) -> None:
         return
     try:
         ready = ensure_table(app, "taskq_processed", "idempotent tasks")
-    except Exception as exc:  # SQLAlchemy errors: unreachable database, bad URL
+    except ConfigurationError:
+        raise  # a URL that cannot work says so itself
+    except Exception as exc:  # SQLAlchemy's: unreachable, unknown database, refused login
         raise ConfigurationError(
-            f"cannot reach the database {redact_url(app.settings.database_url)} that "
-            f"holds idempotency keys: {exc}; idempotent tasks need it (or declare tasks "
-            "with idempotent=False)"
+            f"cannot reach the database {redact_url(app.settings.database_url)} "
+            f"(database_url, TASKQ_DATABASE_URL): {describe_database_error(exc)}. The "
+            f"worker keeps idempotency keys there: {reach_advice(app.settings.database_url)}"
         ) from exc
     finally:
         app.close()  # no pooled connection may be inherited by a process

@@ -89,16 +89,21 @@ def load_app(path: str) -> App:
     extension ``taskq.contrib.flask.TaskQ``.
 
     Raises:
-        ConfigurationError: the module cannot be imported or the attribute is not an App.
+        ConfigurationError: the module cannot be imported or the attribute is not an App;
+            the message names the Apps the module has, or the dotted form of a file path.
     """
-    from taskq.app import App
-
     module_name, _, attribute = path.partition(":")
     attribute = attribute or "app"
     if not module_name:
         raise ConfigurationError(f"-A {path!r}: expected module:app, e.g. -A myproject.tasks:app")
+    dotted = _dotted_module(module_name)
+    if dotted is not None:
+        raise ConfigurationError(
+            f"-A {path!r} names a file; -A takes the module's dotted name, as import would: "
+            f"-A {dotted}:{attribute}"
+        )
     try:
-        target: Any = importlib.import_module(module_name)
+        module: Any = importlib.import_module(module_name)
     except ImportError as exc:
         raise ConfigurationError(
             f"cannot import module {module_name!r} given with -A {path!r}: {exc}; "
@@ -109,16 +114,61 @@ def load_app(path: str) -> App:
             f"importing module {module_name!r} given with -A {path!r} failed: "
             f"{type(exc).__name__}: {exc}"
         ) from exc
+    target: Any = module
     for part in attribute.split("."):
-        target = getattr(target, part, None)
-    # Framework integrations (taskq.contrib.flask.TaskQ) wrap an App and expose it.
-    target = getattr(target, "taskq_app", target)
-    if not isinstance(target, App):
+        if not hasattr(target, part):
+            raise ConfigurationError(
+                f"-A {path!r}: module {module_name} has no attribute {attribute!r}; "
+                + _apps_hint(module, module_name)
+            )
+        target = getattr(target, part)
+    target = _unwrap(target)
+    if not _is_app(target):
         raise ConfigurationError(
-            f"-A {path!r}: {module_name}.{attribute} is {type(target).__name__}, "
-            "not a taskq.App"
+            f"-A {path!r}: {module_name}.{attribute} is a {type(target).__name__}, not a "
+            "taskq.App; " + _apps_hint(module, module_name)
         )
-    return target
+    app: App = target
+    return app
+
+
+def _is_app(value: Any) -> bool:
+    from taskq.app import App
+
+    return isinstance(value, App)
+
+
+def _unwrap(value: Any) -> Any:
+    # Framework integrations (taskq.contrib.flask.TaskQ) wrap an App and expose it.
+    return getattr(value, "taskq_app", value)
+
+
+def _apps_hint(module: Any, module_name: str) -> str:
+    """Which Apps ``module`` holds, as the ``-A`` values that name them."""
+    names = sorted(name for name, value in vars(module).items()
+                   if not name.startswith("__") and _is_app(_unwrap(value)))
+    if not names:
+        return ("the module defines no taskq.App at its top level; point -A at the module "
+                "that creates it (app = taskq.App(...)), as module:attribute")
+    given = " or ".join(f"-A {module_name}:{name}" for name in names)
+    return f"it defines {'a taskq.App' if len(names) == 1 else 'taskq.Apps'}: give {given}"
+
+
+def _dotted_module(module_name: str) -> str | None:
+    """The dotted module name of a file path given to -A (``pkg/tasks.py``), else ``None``."""
+    if "/" not in module_name and not (module_name.endswith(".py")
+                                       and os.path.isfile(module_name)):
+        return None
+    text = module_name[: -len(".py")] if module_name.endswith(".py") else module_name
+    if os.path.isabs(text):
+        try:
+            text = os.path.relpath(text)
+        except ValueError:
+            return None
+    parts = [part for part in text.replace(os.sep, "/").split("/") if part not in ("", ".")]
+    if not parts or ".." in parts:
+        return None
+    return ".".join(parts)
 
 
 class JsonFormatter(logging.Formatter):

@@ -1,6 +1,6 @@
 """Send a delivery back to the broker to run later: retries, early messages, send-backs.
 
-All follow DESIGN §6: a copy is published through the app's delay backend and confirmed
+All follow docs/delays.md: a copy is published through the app's delay backend and confirmed
 *before* the original delivery is acked. A crash or a lost connection between the two leaves
 the original unacked, so the broker redelivers it: a duplicate, never a loss.
 

@@ -163,8 +163,9 @@ class Supervisor:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in STARTUP_BLOCKED_SIGNALS}
         try:
             logger.info(
-                "taskq worker for app %s: %d processes consuming %s from %s (prefetch %d)",
-                self.app.name, self.process_count, ", ".join(self.queues),
+                "taskq worker for app %s: %d process%s consuming %s from %s (prefetch %d)",
+                self.app.name, self.process_count, "" if self.process_count == 1 else "es",
+                ", ".join(self.queues),
                 redact_url(self.settings.broker_url), self.settings.prefetch_count,
             )
             self._children = [

@@ -16,7 +16,7 @@ A worker's app may refuse what it enqueues (a result too large for the next mess
 queue it declares otherwise): each enqueue runs in a savepoint, and a refusal is recorded
 instead of undoing the transaction or reaching the worker. A step that cannot start fails
 the workflow naming the refused member; a link_error that cannot be enqueued is noted in
-the workflow's error and logged. A database outage goes on up, unchanged (DESIGN §8).
+the workflow's error and logged. A database outage goes on up, unchanged (docs/reliability.md).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ member that was dead-lettered fails its workflow in one transaction. Whatever sa
 database could not be reached, at any statement of them (the next step's or link_error's
 outbox rows included: the outbox chains the driver's error as the cause of its
 ``OutboxError``), becomes :class:`~taskq.errors.IdempotencyError`: an infrastructure fault,
-which the worker retries while it holds the delivery (DESIGN §8), never a task failure.
+which the worker retries while it holds the delivery (docs/reliability.md), never a task failure.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Delay backends against the real broker: one contract, run per backend (DESIGN §6).
+"""Delay backends against the real broker: one contract, run per backend (docs/delays.md).
 
 The plugin backend's run is skipped, with the reason, on a broker without
 ``rabbitmq_delayed_message_exchange`` (like the test broker); the tier backends always run.

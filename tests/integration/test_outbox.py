@@ -1,4 +1,4 @@
-"""The transactional outbox against real RabbitMQ, PostgreSQL and SQLite (DESIGN §7)."""
+"""The transactional outbox against real RabbitMQ, PostgreSQL and SQLite (docs/reliability.md)."""
 
 from __future__ import annotations
 

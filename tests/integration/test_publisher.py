@@ -395,7 +395,7 @@ def test_connection_kept_cut_raises_publish_error_after_publish_timeout(
     with pytest.raises(PublishError) as caught:
         send(publisher, queue)
 
-    # Reconnects are refused at once; they go on until publish_timeout_s (DESIGN 8), and an
+    # Reconnects are refused at once; they go on until publish_timeout_s (docs/cluster.md), and an
     # attempt under way may take one connect timeout more.
     assert 1.0 <= time.monotonic() - started < 3.5
     assert caught.value.reason == "connection_lost"
@@ -520,7 +520,7 @@ def test_forked_child_publishes_on_its_own_connection(make_publisher, names, adm
     assert admin.depth(queue) == 3
 
 
-# -- failover (DESIGN 8: several nodes, publish_timeout_s) -------------------------------------
+# -- failover (docs/cluster.md: several nodes, publish_timeout_s) ----------------------------
 
 
 def _restore_later(proxy: Any, delay_s: float) -> threading.Timer:

@@ -1,4 +1,4 @@
-"""A result write that cannot reach the database is an infrastructure fault (DESIGN §8).
+"""A result write that cannot reach the database is an infrastructure fault (docs/reliability.md).
 
 WorkerLoop with the broker recorder of tests/unit/test_loop.py; the results and idempotency
 tables are on the real PostgreSQL, reached through a TcpProxy that the task itself cuts, so

@@ -97,7 +97,7 @@ def test_prune_removes_only_old_finished_results(app: App) -> None:
     assert app.results.get("running") is not None
 
 
-# -- final states stay final (DESIGN §7: a duplicate never changes a finished result) -------
+# -- final states stay final (docs/reliability.md: a duplicate never changes a finished one) --
 
 FINAL = [ResultState.SUCCESS, ResultState.FAILURE, ResultState.DEAD]
 

@@ -1,5 +1,5 @@
-"""Infrastructure faults are not task failures (DESIGN §8): outages of taskq's own database
-and broker paths send deliveries back or hold them; they use no attempt, re-run no finished
+"""Infrastructure faults are not task failures (docs/reliability.md): outages of taskq's own
+database and broker paths send deliveries back or hold them; they use no attempt, re-run no finished
 work and never end in ``Q.dlq``.
 
 taskq's PostgreSQL is reached through a :class:`~tests.support.proxy.TcpProxy` that the test

@@ -1,4 +1,5 @@
-"""`taskq worker` retries (DESIGN §6, §7): delayed retries per policy, then Q.dlq.
+"""`taskq worker` retries (docs/delays.md, docs/reliability.md): delayed retries per policy,
+then Q.dlq.
 
 Workers use the plugin-free delay tiers (``TASKQ_DELAY_BACKEND=tiers``), as on any broker.
 """

@@ -1,4 +1,5 @@
-"""A database outage when a workflow member finishes is an infrastructure fault (DESIGN §8).
+"""A database outage when a workflow member finishes is an infrastructure fault
+(docs/reliability.md).
 
 The worker counts a member and adds the next step's outbox rows in one transaction. If the
 database goes away in the middle of it (here: the moment the worker sends the INSERT of the

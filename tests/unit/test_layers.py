@@ -13,7 +13,7 @@ LAYERS = {
     1: {
         "errors", "settings", "codec", "message", "received", "republish", "retry", "request",
         "broker.topology", "broker.specs", "broker.versions", "broker.quorum",
-        "_clock", "calls", "road",
+        "_clock", "_suggest", "_table", "calls", "road",
         "schedules.spec", "schedules.catchup",
         "ordering", "ordering.keys", "ordering.arguments", "ordering.changes",
         "ordering.routing", "ordering.spread",

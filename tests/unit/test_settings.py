@@ -114,7 +114,7 @@ def test_password_never_in_repr() -> None:
         ("odbc://h/db?pwd=s3cret;app=x", "odbc://h/db?pwd=***;app=x"),
         ("amqp://h/?x_password=s3c&ret#frag", "amqp://h/?x_password=***"),
         ("amqp://u:pw@h/?auth_token=s3cret", "amqp://u:***@h/?auth_token=***"),
-        # Several broker URLs separated by ';' (DESIGN 8): each one is masked.
+        # Several broker URLs separated by ';' (docs/cluster.md): each one is masked.
         (
             "amqp://u:pw1@n1:5672/%2F;amqp://u:pw2@n2:5672/%2F; amqps://v:p/w3@n3/%2F",
             "amqp://u:***@n1:5672/%2F;amqp://u:***@n2:5672/%2F; amqps://v:***@n3/%2F",
@@ -148,7 +148,7 @@ def test_redacted_url_never_contains_the_secret(url: str) -> None:
     assert "s3c" not in redacted and "ret@" not in redacted and "ret&" not in redacted
 
 
-# -- several broker nodes (DESIGN 8) ----------------------------------------------------------
+# -- several broker nodes (docs/cluster.md) --------------------------------------------------
 
 _NODES = [
     "amqp://u:pw;1@n1:5672/%2F",

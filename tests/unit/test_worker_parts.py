@@ -70,7 +70,7 @@ def test_load_app_returns_the_app_named_module_colon_attribute() -> None:
     ("path", "words"),
     [
         ("no_such_module_xyz:app", "cannot import module 'no_such_module_xyz'"),
-        ("tests.tasks:nothing", "not a taskq.App"),
+        ("tests.tasks:nothing", "module tests.tasks has no attribute 'nothing'"),
         ("tests.tasks:record", "Task, not a taskq.App"),
         (":app", "expected module:app"),
     ],

@@ -1,4 +1,4 @@
-"""Django models of taskq's tables (DESIGN §5), for queries and the admin.
+"""Django models of taskq's tables (taskq.schema), for queries and the admin.
 
 The tables belong to taskq (:mod:`taskq.schema`); the migrations create them with exactly
 taskq's DDL, and these models describe them to Django. Treat them as read-only: the relay

@@ -1,6 +1,6 @@
 """Create taskq_outbox, taskq_processed and taskq_results with taskq's own DDL.
 
-The SQL is what ``taskq.metadata.create_all()`` emits (SQLAlchemy, DESIGN §5), frozen here
+The SQL is what ``taskq.metadata.create_all()`` emits (SQLAlchemy), frozen here
 as migrations are; the models only describe the tables to Django (state operations).
 """
 
