@@ -42,6 +42,12 @@ def show_workflow(app: Any, some_id: str, as_json: bool) -> bool:
     return True
 
 
+def workflow_dict(app: Any, workflow_id: str) -> dict[str, Any] | None:
+    """The JSON of ``taskq inspect WORKFLOW_ID --json`` (``None``: no such workflow)."""
+    record = read_workflow(app.engine, workflow_id)
+    return None if record is None else _as_dict(record, read_members(app.engine, record.id))
+
+
 def _summary(record: WorkflowRecord) -> list[str]:
     lines = [f"{'workflow:':<12} {record.id} ({record.kind})",
              f"{'state:':<12} {record.state.value}",
