@@ -7,6 +7,7 @@ workers keep for it (``taskq_task_states``).
 
 from __future__ import annotations
 
-from taskq.states.lookup import DEFAULT_SCAN_LIMIT, TaskStatus, from_database, lookup
+from taskq.states.lookup import DEFAULT_SCAN_LIMIT, from_database, lookup
+from taskq.states.model import TaskStatus
 
 __all__ = ["DEFAULT_SCAN_LIMIT", "TaskStatus", "from_database", "lookup"]

@@ -8,9 +8,8 @@ from typing import TYPE_CHECKING, Any
 from taskq.results import ResultRecord, ResultState
 
 if TYPE_CHECKING:
-    from taskq.app import App
     from taskq.broker.browse import Sighting
-    from taskq.states.lookup import TaskStatus
+    from taskq.states.model import StateSource, TaskStatus
     from taskq.states.store import StateRow
 
 
@@ -23,7 +22,7 @@ def when(value: datetime | None) -> str:
 
 def from_result(task_id: str, record: ResultRecord, row: StateRow | None) -> TaskStatus:
     """A ``taskq_results`` row (a task that keeps results), with the worker's record."""
-    from taskq.states.lookup import TaskStatus
+    from taskq.states.model import TaskStatus
 
     worker = row.worker if row is not None else None
     on = f" on {worker}" if worker else ""
@@ -52,7 +51,7 @@ def from_result(task_id: str, record: ResultRecord, row: StateRow | None) -> Tas
 
 def from_state_row(task_id: str, row: StateRow, record: ResultRecord | None) -> TaskStatus:
     """A ``taskq_task_states`` row: the last event a worker saw (no value kept)."""
-    from taskq.states.lookup import NO_VALUE_KEPT, TaskStatus
+    from taskq.states.model import NO_VALUE_KEPT, TaskStatus
 
     on = f" on {row.worker}" if row.worker else ""
     state = ResultState(row.state)
@@ -81,7 +80,7 @@ def from_state_row(task_id: str, row: StateRow, record: ResultRecord | None) -> 
     )
 
 
-def from_sighting(app: App, task_id: str, seen: Sighting) -> TaskStatus:
+def from_sighting(app: StateSource, task_id: str, seen: Sighting) -> TaskStatus:
     """A message found in the broker: a ``Q.dlq``, a work queue or a delay tier."""
     from taskq.broker import topology as topo
     from taskq.message import (
@@ -94,7 +93,7 @@ def from_sighting(app: App, task_id: str, seen: Sighting) -> TaskStatus:
         TASK,
         TRACEBACK,
     )
-    from taskq.states.lookup import TaskStatus
+    from taskq.states.model import TaskStatus
 
     headers: dict[str, Any] = seen.message.headers
     task = _text(headers.get(TASK))

@@ -16,7 +16,7 @@ from taskq.workflows.store import MemberRecord, MemberState, read_members, workf
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
 
-    from taskq.states.lookup import TaskStatus
+    from taskq.states.model import TaskStatus
 
 
 def outbox_row(engine: Engine, task_id: str) -> Any:
@@ -31,7 +31,7 @@ def outbox_row(engine: Engine, task_id: str) -> Any:
 
 def waiting(task_id: str, row: Any) -> TaskStatus:
     """``WAITING``: committed in the outbox, not yet published by the relay."""
-    from taskq.states.lookup import TaskStatus
+    from taskq.states.model import TaskStatus
 
     created = as_aware(row.created_at)
     eta = as_aware(row.eta)
@@ -56,7 +56,7 @@ def member(engine: Engine, task_id: str) -> MemberRecord | None:
 
 def from_member(task_id: str, m: MemberRecord, known: TaskStatus | None) -> TaskStatus | None:
     """What the workflow tables add: a kept result, a failure, a step not started yet."""
-    from taskq.states.lookup import TaskStatus
+    from taskq.states.model import TaskStatus
 
     where = f"member {m.position + 1} of step {m.step + 1} of workflow {m.workflow_id}"
     if m.state is MemberState.SUCCESS:

@@ -21,16 +21,15 @@ the delayed-message plugin's store, queues past the limit). :func:`from_database
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
-from datetime import datetime
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from taskq.results import ResultRecord, ResultState
 from taskq.states._describe import when as _when
+from taskq.states.model import NO_VALUE_KEPT, StateSource, TaskStatus
 from taskq.states.store import StateRow, TaskStateStore
 
 if TYPE_CHECKING:
-    from taskq.app import App
     from taskq.broker.browse import Search, Sighting
 
 logger = logging.getLogger(__name__)
@@ -38,80 +37,8 @@ logger = logging.getLogger(__name__)
 #: Messages read per queue at most when looking for an id in the broker.
 DEFAULT_SCAN_LIMIT = 1000
 
-NO_VALUE_KEPT = "no value kept: set store_result=True on the task to keep it"
 
-
-@dataclass(frozen=True)
-class TaskStatus:
-    """Where one task id stands, and what says so.
-
-    Args:
-        task_id: The id asked about.
-        state: One of :class:`~taskq.results.ResultState`.
-        summary: One line for humans ("succeeded at ... on host pid 12; no value kept ...").
-        task: The registered task name, when known.
-        queue: Its work queue, when known.
-        attempt: Attempt number (``retries + 1``), when known.
-        worker: Host and pid of the worker process that last handled it.
-        started_at: When its last attempt started.
-        finished_at: When it ended (success, failure, dead letter, skip).
-        due_at: When it runs: the outbox row's or delayed message's eta, a retry's next run.
-        dead_letter_queue: The ``Q.dlq`` holding it.
-        error: The error of a failure, dead letter or retry.
-        traceback: The traceback, when kept.
-        result: The return value, when kept (``has_result``).
-        has_result: Whether ``result`` holds a kept value.
-        idempotency_key: The key, when it matters (a skipped duplicate).
-        workflow_id: The workflow it belongs to.
-        notes: What could not be looked at, or other caveats.
-        sources: Where the answer came from (``outbox``, ``results``, ``states``, ...).
-    """
-
-    task_id: str
-    state: ResultState
-    summary: str
-    task: str | None = None
-    queue: str | None = None
-    attempt: int | None = None
-    worker: str | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-    due_at: datetime | None = None
-    dead_letter_queue: str | None = None
-    error: str | None = None
-    traceback: str | None = None
-    result: Any = None
-    has_result: bool = False
-    idempotency_key: str | None = None
-    workflow_id: str | None = None
-    notes: tuple[str, ...] = ()
-    sources: tuple[str, ...] = field(default=())
-
-    @property
-    def is_known(self) -> bool:
-        """Whether anything was found about the id."""
-        return self.state is not ResultState.UNKNOWN
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready fields (``taskq inspect --json``, the dashboard's API)."""
-        def iso(value: datetime | None) -> str | None:
-            return value.isoformat() if value is not None else None
-
-        return {
-            "task_id": self.task_id, "state": self.state.value, "summary": self.summary,
-            "task": self.task, "queue": self.queue, "attempt": self.attempt,
-            "worker": self.worker, "started_at": iso(self.started_at),
-            "finished_at": iso(self.finished_at), "due_at": iso(self.due_at),
-            "dead_letter_queue": self.dead_letter_queue, "error": self.error,
-            "traceback": self.traceback,
-            "result": repr(self.result) if self.has_result else None,
-            "has_result": self.has_result, "idempotency_key": self.idempotency_key,
-            "workflow_id": self.workflow_id, "notes": list(self.notes),
-            "sources": list(self.sources),
-        }
-
-
-def lookup(app: App, task_id: str, *, broker: bool = True,
+def lookup(app: StateSource, task_id: str, *, broker: bool = True,
            scan_limit: int = DEFAULT_SCAN_LIMIT) -> TaskStatus:
     """Where ``task_id`` stands (module docstring).
 
@@ -138,7 +65,7 @@ def lookup(app: App, task_id: str, *, broker: bool = True,
     return _unknown(app, task_id, search)
 
 
-def from_database(app: App, task_id: str) -> TaskStatus | None:
+def from_database(app: StateSource, task_id: str) -> TaskStatus | None:
     """What taskq's tables say of ``task_id`` (steps 1-4), ``None`` when nothing.
 
     Raises:
@@ -158,7 +85,7 @@ def from_database(app: App, task_id: str) -> TaskStatus | None:
         ) from exc
 
 
-def _from_tables(app: App, task_id: str) -> TaskStatus | None:
+def _from_tables(app: StateSource, task_id: str) -> TaskStatus | None:
     from taskq.states import _tables
 
     waiting = _tables.outbox_row(app.engine, task_id)
@@ -195,7 +122,7 @@ def _from_records(task_id: str, record: ResultRecord | None,
     return None
 
 
-def _places(app: App) -> list[Any]:
+def _places(app: StateSource) -> list[Any]:
     from taskq.broker import topology as topo
     from taskq.broker.browse import Place
 
@@ -211,7 +138,7 @@ def _places(app: App) -> list[Any]:
     return dead + queues + tiers
 
 
-def _sighted(app: App, task_id: str, seen: Sighting,
+def _sighted(app: StateSource, task_id: str, seen: Sighting,
              known: TaskStatus | None) -> TaskStatus:
     from taskq.states import _describe
 
@@ -225,7 +152,7 @@ def _sighted(app: App, task_id: str, seen: Sighting,
     return status
 
 
-def _unknown(app: App, task_id: str, search: Search | None) -> TaskStatus:
+def _unknown(app: StateSource, task_id: str, search: Search | None) -> TaskStatus:
     notes = ["no trace in the outbox, taskq_results, taskq_task_states, the workflow tables "
              "or taskq_processed"]
     if search is not None:
