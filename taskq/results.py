@@ -383,7 +383,8 @@ class AsyncResult:
             interval_s: How often the table is polled.
 
         A task that keeps no result (``store_result`` off, and not a workflow member) is
-        not waited for: ``get()`` answers at once from :mod:`taskq.states`.
+        not waited for: ``get()`` answers at once from :mod:`taskq.states`, as it does for
+        any task found finished without a kept value (e.g. skipped as a duplicate).
 
         Raises:
             TaskFailed: the task failed or was dead-lettered; carries ``exc_type``,
@@ -398,11 +399,16 @@ class AsyncResult:
             record = self._record()
             if record is not None and record.state.is_ready:
                 return self._outcome(record)
-            if record is None and not keeps:
+            if record is None:
+                # Nothing in taskq_results: a task that keeps no result, a workflow member
+                # (its table keeps it), or one that has not started.
                 status = self._status()
-                if status is None or not status.has_result:
+                if status is not None and status.state.is_ready:
+                    if status.has_result:
+                        return status.result
                     self._not_kept(status)
-                return status.result
+                if not keeps:
+                    self._not_kept(status)
             if deadline is not None and time.monotonic() >= deadline:
                 state = record.state.value if record is not None else "PENDING"
                 raise ResultTimeout(

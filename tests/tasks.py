@@ -245,3 +245,10 @@ def blocked(path: str, tag: str = "-") -> None:
 def record_unkeyed(path: str, tag: str = "-") -> None:
     """Like ``record``, without the idempotency check: every delivery that starts runs."""
     append_line(path, "ran", tag)
+
+
+@app.task(autoretry_for=(ValueError,), max_retries=1, retry_backoff=120.0, retry_jitter=False)
+def fail_then_retry_in_two_minutes(path: str) -> None:
+    """Record ``failed``, raise ValueError: its one retry is due two minutes later."""
+    append_line(path, "failed")
+    raise ValueError("the first attempt fails")
