@@ -63,8 +63,9 @@ def inspect(app_path: str, task_id: str, as_json: bool, scan_limit: int) -> None
     when), retrying, succeeded, failed, dead-lettered (in which Q.dlq), skipped as a
     duplicate, or unknown (exit status 3). Given a workflow id (chain, group, chord), show
     its members and their states. See docs/states.md."""
-    from taskq.cli._workflow_view import show_workflow, workflow_dict
+    from taskq.cli._workflow_view import show_workflow
     from taskq.states import lookup
+    from taskq.states.workflow_view import workflow_dict
     from taskq.workflows.store import read_workflow
 
     app = load(app_path)
@@ -73,7 +74,7 @@ def inspect(app_path: str, task_id: str, as_json: bool, scan_limit: int) -> None
             show_workflow(app, task_id, as_json)
             return
         status = lookup(app, task_id, broker=scan_limit > 0, scan_limit=scan_limit)
-        workflow = (workflow_dict(app, status.workflow_id)
+        workflow = (workflow_dict(app.engine, status.workflow_id)
                     if as_json and status.workflow_id else None)
         if as_json:
             click.echo(json.dumps({**status.to_dict(), "workflow": workflow}, sort_keys=True))

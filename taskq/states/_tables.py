@@ -69,11 +69,16 @@ def from_member(task_id: str, m: MemberRecord, known: TaskStatus | None) -> Task
                           f"failed at {when(m.finished_at)} ({where}): {m.error}",
                           task=m.task, queue=m.queue, finished_at=m.finished_at,
                           error=m.error, traceback=m.traceback, sources=("workflow",))
-    if m.state is MemberState.PENDING and known is None:
+    if known is not None:
+        return known
+    if m.state is MemberState.PENDING:
         return TaskStatus(task_id, ResultState.WAITING,
                           f"waiting for its step to start ({where})", task=m.task,
                           queue=m.queue, sources=("workflow",))
-    return known
+    # ENQUEUED, and no worker recorded anything yet: sent, not started.
+    return TaskStatus(task_id, ResultState.QUEUED,
+                      f"sent to {m.queue}, not started yet ({where})", task=m.task,
+                      queue=m.queue, sources=("workflow",))
 
 
 def key_finished_at(engine: Engine, key: str) -> datetime | None:

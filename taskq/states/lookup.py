@@ -88,13 +88,13 @@ def from_database(app: StateSource, task_id: str) -> TaskStatus | None:
 def _from_tables(app: StateSource, task_id: str) -> TaskStatus | None:
     from taskq.states import _tables
 
-    waiting = _tables.outbox_row(app.engine, task_id)
-    if waiting is not None:
-        return _tables.waiting(task_id, waiting)
-    record = app.results.get(task_id)
-    row = TaskStateStore(app.engine).read(task_id)
     member = _tables.member(app.engine, task_id)
     workflow_id = member.workflow_id if member is not None else None
+    waiting = _tables.outbox_row(app.engine, task_id)
+    if waiting is not None:
+        return replace(_tables.waiting(task_id, waiting), workflow_id=workflow_id)
+    record = app.results.get(task_id)
+    row = TaskStateStore(app.engine).read(task_id)
     status = _from_records(task_id, record, row)
     if member is not None and (status is None or not status.state.is_ready):
         status = _tables.from_member(task_id, member, status)
