@@ -85,6 +85,7 @@ class StateRecorder(Observer):
             self._wake.wait(self._interval_s)
             self._wake.clear()
             self.flush()
+        self.flush()  # what came in during the last write
 
     def flush(self) -> None:
         """Write what gathered (one statement); log and drop it when that fails."""
@@ -109,9 +110,10 @@ class StateRecorder(Observer):
         """Stop the thread after a last write."""
         self._stopping = True
         self._wake.set()
-        if self._thread is not None:
-            self._thread.join(5.0)
-        self.flush()
+        if self._thread is None:
+            self.flush()
+        else:  # the thread writes last; a second writer would only wait on the first
+            self._thread.join(10.0)
 
     def started(self, event: TaskEvent) -> None:  # noqa: D102 - see Observer
         self._put(event, "STARTED", started=True, key=event.key)
