@@ -12,8 +12,8 @@ from taskq.settings import redact_url
 
 @click.group()
 def db() -> None:
-    """Manage taskq's tables (taskq_outbox, taskq_processed, taskq_results, taskq_schedule,
-    taskq_schedulers)."""
+    """Manage taskq's tables (taskq_outbox, taskq_processed, taskq_results, taskq_task_states,
+    taskq_schedule, taskq_schedulers)."""
 
 
 @db.command("create")
@@ -41,9 +41,11 @@ def db_create(app_path: str) -> None:
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True)
 def db_prune(app_path: str, older_than: str | None, batch_size: int) -> None:
-    """Delete old idempotency keys (taskq_processed), finished results (taskq_results) and
-    finished workflows with their members, in small batches, without long locks."""
+    """Delete old idempotency keys (taskq_processed), finished results (taskq_results),
+    task state records (taskq_task_states) and finished workflows with their members, in
+    small batches, without long locks."""
     from taskq.idempotency import IdempotencyStore
+    from taskq.states.store import TaskStateStore
     from taskq.workflows.store import prune_workflows
 
     app = load(app_path)
@@ -55,9 +57,12 @@ def db_prune(app_path: str, older_than: str | None, batch_size: int) -> None:
         results = app.results.prune(older_than=timedelta(seconds=age_s), batch_size=batch_size)
         workflows = prune_workflows(app.engine, older_than=timedelta(seconds=age_s),
                                     batch_size=batch_size)
+        states = TaskStateStore(app.engine).prune(older_than=timedelta(seconds=age_s),
+                                                  batch_size=batch_size)
     except Exception as exc:
         fail(f"cannot prune keys in {redact_url(app.settings.database_url)}: {exc}")
     click.echo(f"deleted {deleted} idempotency keys older than {timedelta(seconds=age_s)}")
     click.echo(f"deleted {results} finished task results older than {timedelta(seconds=age_s)}")
     click.echo(f"deleted {workflows} finished workflows (and their members) older than "
                f"{timedelta(seconds=age_s)}")
+    click.echo(f"deleted {states} task state records older than {timedelta(seconds=age_s)}")

@@ -39,7 +39,7 @@ def test_task_pages_tell_each_state_and_link_dead_letters_and_workflows(
     # Given a worker serving the dashboard, a task that succeeds without keeping its value
     # and a one-member group whose member fails (dead-lettered with its workflow header)
     app.create_tables()
-    worker, base = worker_with_dashboard(start_worker)
+    worker, base = worker_with_dashboard(start_worker, "--relay")  # workflows use the outbox
     tab = page.page
     tab.goto(base + "/")
     first_notes = tab.inner_text("#rate-notes")
@@ -54,7 +54,10 @@ def test_task_pages_tell_each_state_and_link_dead_letters_and_workflows(
     assert "serve the dashboard from" not in first_notes
 
     # And the succeeded task's page says so, and that no value was kept
-    wait_until(lambda: _page_state(tab, base, done.id) == "SUCCESS", timeout_s=20)
+    # (the worker's record, written within a second, names the worker; the finished key
+    # alone says SUCCESS earlier)
+    wait_until(lambda: _page_state(tab, base, done.id) == "SUCCESS"
+               and tab.locator("[data-field=worker]").count() == 1, timeout_s=20)
     assert "no value kept: set store_result=True" in tab.inner_text("#summary")
     assert " pid " in tab.inner_text("[data-field=worker]")
 
