@@ -214,7 +214,7 @@ class TaskState(models.Model):
 
     class Meta:
         db_table = "taskq_task_states"
-        indexes = [models.Index(fields=["updated_at"], name="ix_taskq_task_states_updated_at")]
+        indexes = [models.Index(fields=["updated_at"], name="ix_taskq_task_states_updated")]
 
     def __str__(self) -> str:
         return f"{self.task} {self.task_id} {self.state}"

@@ -28,7 +28,7 @@ def _table(timestamp: str) -> str:
     )"""
 
 
-_INDEX = "CREATE INDEX ix_taskq_task_states_updated_at ON taskq_task_states (updated_at)"
+_INDEX = "CREATE INDEX ix_taskq_task_states_updated ON taskq_task_states (updated_at)"
 _DDL = {
     "postgresql": (_table("TIMESTAMP WITH TIME ZONE"), _INDEX),
     "sqlite": (_table("DATETIME"), _INDEX),
@@ -76,7 +76,7 @@ class Migration(migrations.Migration):
                     options={
                         "db_table": "taskq_task_states",
                         "indexes": [models.Index(fields=["updated_at"],
-                                                 name="ix_taskq_task_states_updated_at")],
+                                                 name="ix_taskq_task_states_updated")],
                     },
                 ),
             ],
