@@ -405,10 +405,17 @@ class App:
         return store
 
     def result(self, task_id: str) -> AsyncResult:
-        """A handle on the task ``task_id``, to read its stored state and result."""
-        record = self.results.get(task_id)
-        task = record.task if record is not None else "?"
+        """A handle on the task ``task_id``, to read its state and (when kept) result."""
+        status = self.task_state(task_id, broker=False)
+        task = status.task if status is not None and status.task else "?"
         return AsyncResult(task_id, task=task, queue="?", app=self)
+
+    def task_state(self, task_id: str, *, broker: bool = True) -> Any:
+        """Where ``task_id`` stands: :func:`taskq.states.lookup` (``broker=False``: taskq's
+        tables only, :func:`taskq.states.from_database`, ``None`` when they know nothing)."""
+        from taskq.states import from_database, lookup
+
+        return lookup(self, task_id) if broker else from_database(self, task_id)
 
     def create_tables(self) -> None:
         """Create taskq's tables in ``database_url`` if they do not exist."""

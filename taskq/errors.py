@@ -18,6 +18,7 @@
     ├── TimeLimitExceeded           hard time limit: the worker killed the task's process
     ├── ResultError
     │   ├── ResultTimeout
+    │   ├── ResultNotKept           get() of a task that keeps no result: says where it stands
     │   └── TaskFailed              remote failure: exception type, message, traceback text
     └── TaskControl                 raised *by task code* to steer the worker
         ├── Retry                   retry without logging an error
@@ -118,6 +119,10 @@ class ResultError(TaskqError):
 
 class ResultTimeout(ResultError):
     """A result was not ready within the given time."""
+
+
+class ResultNotKept(ResultError):
+    """``AsyncResult.get()`` of a task that keeps no result; the message says its state."""
 
 
 class TaskFailed(ResultError):

@@ -36,19 +36,32 @@ if TYPE_CHECKING:
 
 
 class ResultState(str, enum.Enum):
-    """Where a task stands, as stored in ``taskq_results.state``."""
+    """Where a task stands: the states of ``taskq_results.state`` and of :mod:`taskq.states`.
+
+    Stored in ``taskq_results``: ``STARTED``, ``RETRY``, ``SUCCESS``, ``FAILURE``, ``DEAD``.
+    Found elsewhere (``taskq inspect``, the dashboard, ``AsyncResult.state``): ``WAITING``
+    (in the outbox), ``QUEUED``, ``DELAYED``, ``SKIPPED`` (a duplicate of a finished
+    idempotency key; it did not run), ``UNKNOWN``. ``PENDING``: nothing in the database says
+    more (``AsyncResult`` does not read the broker; ``taskq inspect`` does).
+    """
 
     PENDING = "PENDING"
+    WAITING = "WAITING"
+    QUEUED = "QUEUED"
+    DELAYED = "DELAYED"
     STARTED = "STARTED"
     RETRY = "RETRY"
     SUCCESS = "SUCCESS"
     FAILURE = "FAILURE"
     DEAD = "DEAD"
+    SKIPPED = "SKIPPED"
+    UNKNOWN = "UNKNOWN"
 
     @property
     def is_ready(self) -> bool:
         """Whether the state is final."""
-        return self in (ResultState.SUCCESS, ResultState.FAILURE, ResultState.DEAD)
+        return self in (ResultState.SUCCESS, ResultState.FAILURE, ResultState.DEAD,
+                        ResultState.SKIPPED)
 
 
 @dataclass(frozen=True)
@@ -280,6 +293,17 @@ class ResultSource(Protocol):
     def results(self) -> ResultStore:
         """The result store of the app's database."""
 
+    @property
+    def registry(self) -> Any:
+        """The app's tasks (whether a task keeps its result)."""
+
+    @property
+    def settings(self) -> Any:
+        """The app's settings (``store_results``)."""
+
+    def task_state(self, task_id: str, *, broker: bool = True) -> Any:
+        """What taskq's tables say of ``task_id`` (:mod:`taskq.states`)."""
+
 
 class AsyncResult:
     """A handle on one enqueued task: its id, and its state and result when stored.
@@ -319,9 +343,33 @@ class AsyncResult:
 
     @property
     def state(self) -> ResultState:
-        """The stored state (``PENDING`` until the worker writes one)."""
+        """Where the task stands as taskq's tables tell (:mod:`taskq.states`, no broker read).
+
+        ``WAITING`` (outbox), ``STARTED``, ``RETRY``, ``SUCCESS``, ``FAILURE``, ``DEAD``,
+        ``SKIPPED``; ``PENDING`` when the tables know nothing yet (queued, delayed, or an
+        unknown id: ``taskq inspect`` also reads the broker).
+        """
         record = self._record()
-        return record.state if record is not None else ResultState.PENDING
+        if record is not None and record.state.is_ready:
+            return record.state
+        status = self._status()
+        return status.state if status is not None else ResultState.PENDING
+
+    def _status(self) -> Any:
+        if self.app is None:
+            raise ResultError(f"AsyncResult {self.id} has no app; use app.result(task_id)",
+                              task_id=self.id)
+        return self.app.task_state(self.id, broker=False)
+
+    def keeps_result(self) -> bool:
+        """Whether the task stores its return value (``store_result`` or the app's
+        ``store_results``); ``True`` when the task is not registered here (it may be)."""
+        if self.app is None:
+            return True
+        task = self.app.registry.lookup(self.task)
+        if task is None or task.options.store_result is None:
+            return task is None or bool(self.app.settings.store_results)
+        return bool(task.options.store_result)
 
     def ready(self) -> bool:
         """Whether the task reached a final state (success, failure or dead letter)."""
@@ -334,16 +382,33 @@ class AsyncResult:
             timeout_s: Give up after this many seconds (``None``: wait forever).
             interval_s: How often the table is polled.
 
+        A task that keeps no result (``store_result`` off, and not a workflow member) is
+        not waited for: ``get()`` answers at once from :mod:`taskq.states`, as it does for
+        any task found finished without a kept value (e.g. skipped as a duplicate).
+
         Raises:
             TaskFailed: the task failed or was dead-lettered; carries ``exc_type``,
                 ``remote_traceback`` and ``state``.
+            ResultNotKept: the task keeps no result; the message says where it stands
+                (e.g. "succeeded, no value kept: set store_result=True").
             ResultTimeout: no final state within ``timeout_s``.
         """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        keeps = self.keeps_result()
         while True:
             record = self._record()
             if record is not None and record.state.is_ready:
                 return self._outcome(record)
+            if record is None:
+                # Nothing in taskq_results: a task that keeps no result, a workflow member
+                # (its table keeps it), or one that has not started.
+                status = self._status()
+                if status is not None and status.state.is_ready:
+                    if status.has_result:
+                        return status.result
+                    self._not_kept(status)
+                if not keeps:
+                    self._not_kept(status)
             if deadline is not None and time.monotonic() >= deadline:
                 state = record.state.value if record is not None else "PENDING"
                 raise ResultTimeout(
@@ -353,6 +418,24 @@ class AsyncResult:
                     task_id=self.id, task=self.task, queue=self.queue,
                 )
             time.sleep(interval_s)
+
+    def _not_kept(self, status: Any) -> None:
+        from taskq.errors import ResultNotKept
+
+        state = status.state.value if status is not None else ResultState.PENDING.value
+        if status is not None and status.state in (ResultState.FAILURE, ResultState.DEAD):
+            raise TaskFailed(
+                f"task {self.task} ({self.id}) ended {state}: {status.summary}",
+                task_id=self.id, task=self.task, state=state, exc_type=None,
+                error=status.error, remote_traceback=status.traceback,
+            )
+        now = status.summary if status is not None else "no record of it in the database yet"
+        raise ResultNotKept(
+            f"task {self.task} ({self.id}) keeps no result, so get() cannot wait for one: "
+            f"{now}. Set store_result=True on the task (or store_results=True on the app) "
+            "to keep results; `taskq inspect ID` shows any task's state",
+            task_id=self.id, task=self.task, queue=self.queue, state=state,
+        )
 
     def _outcome(self, record: ResultRecord) -> Any:
         if record.state is ResultState.SUCCESS:

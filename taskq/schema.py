@@ -144,3 +144,26 @@ Index(
     workflow_members_table.c.step,
     workflow_members_table.c.position,
 )
+
+#: The last thing each worker saw happen to a task (:mod:`taskq.states`): started where,
+#: retrying until when, succeeded, dead-lettered into which ``Q.dlq``, skipped as a
+#: duplicate. Written in batches by a thread of each worker process, off the task's path;
+#: pruned by age like ``taskq_processed``.
+task_states_table = Table(
+    "taskq_task_states",
+    metadata,
+    Column("task_id", String(255), primary_key=True),
+    Column("task", String(255), nullable=False),
+    Column("queue", String(255), nullable=False),
+    Column("state", String(16), nullable=False,
+           comment="STARTED, RETRY, SUCCESS, FAILURE, DEAD or SKIPPED"),
+    Column("retries", Integer, nullable=False, default=0),
+    Column("idempotency_key", String(255), nullable=True),
+    Column("worker", String(255), nullable=True, comment="host and pid of the worker process"),
+    Column("error", Text, nullable=True),
+    Column("next_at", DateTime(timezone=True), nullable=True, comment="RETRY: when it runs"),
+    Column("started_at", DateTime(timezone=True), nullable=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+# Named by hand: Django refuses index names longer than 30 characters.
+Index("ix_taskq_task_states_updated", task_states_table.c.updated_at)

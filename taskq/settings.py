@@ -97,6 +97,11 @@ class Settings:
     outbox_retry_max_s: float = 60.0
     # Keep every task's state and result in taskq_results (tasks may opt in one by one).
     store_results: bool = False
+    # Record what each worker saw happen to every task in taskq_task_states (written in
+    # batches off the task's path; read by `taskq inspect` and the dashboard).
+    track_task_states: bool = True
+    # How often a worker process writes the task states it gathered (one upsert each time).
+    task_states_flush_s: float = 1.0
     # Idempotency keys older than this are deleted by `taskq db prune` (7 days).
     processed_retention_s: float = 7 * 24 * 3600.0
     # How delayed messages wait: "auto" (the delayed-message plugin when the broker has it
@@ -326,6 +331,7 @@ def _validate(settings: Settings) -> None:
         "publish_timeout_s",
         "connect_timeout_s",
         "outbox_poll_interval_s",
+        "task_states_flush_s",
         "outbox_retry_max_s",
         "outbox_delay_horizon_s",
         "task_max_retries",

@@ -136,6 +136,13 @@ class TaskApp(Protocol):
     def road(self) -> Road:
         """Where every new message is built, checked and routed."""
 
+    @property
+    def registry(self) -> Any:
+        """The app's tasks (whether a task keeps its result)."""
+
+    def task_state(self, task_id: str, *, broker: bool = True) -> Any:
+        """Where a task stands (read by :class:`~taskq.results.AsyncResult`)."""
+
     def send(self, outgoing: Outgoing) -> None:
         """Publish one message now, with confirms."""
 

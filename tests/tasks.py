@@ -253,3 +253,10 @@ def slow_limited(path: str, seconds: float, tag: str = "-") -> None:
     append_line(path, "start", tag)
     time.sleep(seconds)
     append_line(path, "done", tag)
+
+
+@app.task(autoretry_for=(ValueError,), max_retries=1, retry_backoff=120.0, retry_jitter=False)
+def fail_then_retry_in_two_minutes(path: str) -> None:
+    """Record ``failed``, raise ValueError: its one retry is due two minutes later."""
+    append_line(path, "failed")
+    raise ValueError("the first attempt fails")

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from taskq.states.workflow_view import as_dict as _as_dict
 from taskq.workflows.store import (
-    MemberRecord,
     WorkflowRecord,
     read_members,
     read_workflow,
@@ -61,24 +61,3 @@ def _summary(record: WorkflowRecord) -> list[str]:
 
 def _short(text: str, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _as_dict(record: WorkflowRecord, members: list[MemberRecord]) -> dict[str, Any]:
-    def iso(value: Any) -> str | None:
-        return value.isoformat() if value is not None else None
-
-    return {
-        "workflow_id": record.id, "kind": record.kind, "state": record.state.value,
-        "step": record.step + 1, "steps": record.steps, "remaining": record.remaining,
-        "result": repr(record.result) if record.result is not None else None,
-        "error": record.error, "failed_task_id": record.failed_task_id,
-        "failed_task": record.failed_task, "created_at": iso(record.created_at),
-        "finished_at": iso(record.finished_at),
-        "members": [
-            {"task_id": m.task_id, "task": m.task, "queue": m.queue, "step": m.step + 1,
-             "position": m.position + 1, "state": m.state.value,
-             "result": repr(m.result) if m.result is not None else None, "error": m.error,
-             "finished_at": iso(m.finished_at)}
-            for m in members
-        ],
-    }

@@ -55,9 +55,11 @@ def db_create(app_path: str) -> None:
 )
 @click.option("--batch-size", type=click.IntRange(min=1), default=1000, show_default=True)
 def db_prune(app_path: str, older_than: str | None, batch_size: int) -> None:
-    """Delete old idempotency keys (taskq_processed), finished results (taskq_results) and
-    finished workflows with their members, in small batches, without long locks."""
+    """Delete old idempotency keys (taskq_processed), finished results (taskq_results),
+    task state records (taskq_task_states) and finished workflows with their members, in
+    small batches, without long locks."""
     from taskq.idempotency import IdempotencyStore
+    from taskq.states.store import TaskStateStore
     from taskq.workflows.store import prune_workflows
 
     app = load(app_path)
@@ -69,6 +71,8 @@ def db_prune(app_path: str, older_than: str | None, batch_size: int) -> None:
         results = app.results.prune(older_than=timedelta(seconds=age_s), batch_size=batch_size)
         workflows = prune_workflows(app.engine, older_than=timedelta(seconds=age_s),
                                     batch_size=batch_size)
+        states = TaskStateStore(app.engine).prune(older_than=timedelta(seconds=age_s),
+                                                  batch_size=batch_size)
     except ConfigurationError as exc:
         fail(str(exc), exc.exit_code)
     except Exception as exc:
@@ -78,3 +82,4 @@ def db_prune(app_path: str, older_than: str | None, batch_size: int) -> None:
     click.echo(f"deleted {results} finished task results older than {timedelta(seconds=age_s)}")
     click.echo(f"deleted {workflows} finished workflows (and their members) older than "
                f"{timedelta(seconds=age_s)}")
+    click.echo(f"deleted {states} task state records older than {timedelta(seconds=age_s)}")

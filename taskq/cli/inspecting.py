@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+from typing import Any
 
 import click
 
@@ -22,7 +24,6 @@ def status(app_path: str, queues: str | None, as_json: bool, watch: float | None
     """Show queues (ready, unacked, consumers, dead letters), parked and delayed messages,
     the delay backend and the outbox backlog. Exits 1 when the broker or the database
     cannot be read (the rest is still shown)."""
-    import json
     import time
 
     from taskq.status import collect, render
@@ -44,40 +45,68 @@ def status(app_path: str, queues: str | None, as_json: bool, watch: float | None
         sys.exit(1)
 
 
+# `taskq inspect` of an id nothing is known about (scripts tell it from a read error, 1).
+EXIT_UNKNOWN = 3
+
+
 @click.command(short_help="Show the state of a task id or a workflow.")
 @APP_OPTION
 @click.argument("task_id")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def inspect(app_path: str, task_id: str, as_json: bool) -> None:
-    """Show the stored state, result or error of TASK_ID (tasks with store_result=True), or
-    the members and states of a workflow (chain, group, chord) given its id or a member's."""
-    import json
-
+@click.option(
+    "--scan-limit", type=click.IntRange(min=0), default=1000, show_default=True,
+    metavar="N", help="Messages read per queue at most when looking in the broker "
+    "(0: taskq's tables only).",
+)
+def inspect(app_path: str, task_id: str, as_json: bool, scan_limit: int) -> None:
+    """Show what happened to TASK_ID: waiting in the outbox, queued, delayed, started (where,
+    when), retrying, succeeded, failed, dead-lettered (in which Q.dlq), skipped as a
+    duplicate, or unknown (exit status 3). Given a workflow id (chain, group, chord), show
+    its members and their states. See docs/states.md."""
     from taskq.cli._workflow_view import show_workflow
+    from taskq.states import lookup
+    from taskq.states.workflow_view import workflow_dict
+    from taskq.workflows.store import read_workflow
 
     app = load(app_path)
     try:
-        record = app.results.get(task_id)
-        if record is None and show_workflow(app, task_id, as_json):
+        if read_workflow(app.engine, task_id) is not None:
+            show_workflow(app, task_id, as_json)
             return
+        status = lookup(app, task_id, broker=scan_limit > 0, scan_limit=scan_limit)
+        workflow = (workflow_dict(app.engine, status.workflow_id)
+                    if as_json and status.workflow_id else None)
+        if as_json:
+            click.echo(json.dumps({**status.to_dict(), "workflow": workflow}, sort_keys=True))
+        else:
+            _print(status)
+            if status.workflow_id:
+                click.echo()
+                show_workflow(app, task_id, as_json=False)
     except TaskqError as exc:
         fail(str(exc).splitlines()[0])
     finally:
         app.close()
-    if record is None:
-        if as_json:
-            click.echo(json.dumps({"task_id": task_id, "state": "PENDING"}))
-        else:
-            click.echo(f"{task_id}: PENDING (no stored state: not started yet, unknown, or "
-                       "its task does not store results)")
-        return
-    data = record.to_dict()
-    if as_json:
-        click.echo(json.dumps(data, sort_keys=True))
-        return
-    for key in ("task_id", "task", "state", "attempts", "result", "error", "created_at",
-                "started_at", "finished_at"):
-        if data[key] is not None:
-            click.echo(f"{key + ':':<12} {data[key]}")
-    if record.traceback:
-        click.echo("traceback:\n" + record.traceback.rstrip())
+    if not status.is_known:
+        sys.exit(EXIT_UNKNOWN)
+
+
+def _print(status: Any) -> None:
+    click.echo(f"{status.task_id}: {status.state.value}")
+    click.echo(f"  {status.summary}")
+    fields = (("task", status.task), ("queue", status.queue), ("attempt", status.attempt),
+              ("worker", status.worker), ("started_at", status.started_at),
+              ("finished_at", status.finished_at), ("due_at", status.due_at),
+              ("dead letter", status.dead_letter_queue), ("workflow", status.workflow_id))
+    for name, value in fields:
+        if value is not None:
+            shown = value.isoformat() if hasattr(value, "isoformat") else value
+            click.echo(f"{name + ':':<12} {shown}")
+    if status.has_result:
+        click.echo(f"{'result:':<12} {status.result!r}")
+    if status.error and status.state.value != "SKIPPED":
+        click.echo(f"{'error:':<12} {status.error}")
+    for note in status.notes:
+        click.echo(f"note: {note}")
+    if status.traceback:
+        click.echo("traceback:\n" + status.traceback.rstrip())

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
@@ -21,7 +21,7 @@ from taskq import dlq
 from taskq.broker.parked import ParkedQueue
 from taskq.db import as_aware, utcnow
 from taskq.errors import BrokerConnectionError, BrokerError, DecodeError, OutboxError
-from taskq.message import TRACEBACK, decode
+from taskq.message import FAILED_AT, TRACEBACK, WORKFLOW, decode
 from taskq.schema import outbox_table
 from taskq.status import collect
 
@@ -145,8 +145,13 @@ def _message_part(message: Any) -> dict[str, Any]:
     traceback = headers.pop(TRACEBACK, None)
     if isinstance(traceback, bytes):
         traceback = traceback.decode("utf-8", "replace")
+    failed_at = headers.get(FAILED_AT)
+    workflow_id = headers.get(WORKFLOW)
     part: dict[str, Any] = {
         "headers": {name: shorten(value) for name, value in sorted(headers.items())},
+        # Shown as a time and an age, not epoch milliseconds; the workflow as a link.
+        "failed_at": _time_and_age(failed_at),
+        "workflow_id": workflow_id if isinstance(workflow_id, str) else None,
         "traceback": traceback if isinstance(traceback, str) else None,
         "body_bytes": len(message.body),
     }
@@ -162,13 +167,21 @@ def _message_part(message: Any) -> dict[str, Any]:
 
 
 def task(app: App, task_id: str) -> dict[str, Any]:
-    """The stored result of ``task_id`` (``PENDING`` when none), as ``taskq inspect``."""
-    record = app.results.get(task_id)
-    if record is None:
-        return {"task_id": task_id, "state": "PENDING", "stored": False}
-    data = record.to_dict()
-    data["result"] = shorten(data["result"]) if data["result"] is not None else None
-    return {**data, "stored": True}
+    """What ``taskq inspect ID --json`` prints: the task's state (:mod:`taskq.states`) with
+    its workflow, or a workflow given its id (``"is_workflow": true``)."""
+    from taskq.states import lookup
+    from taskq.states.workflow_view import workflow_dict
+
+    workflow = workflow_dict(app.engine, task_id)
+    if workflow is not None:
+        return {"task_id": task_id, "is_workflow": True, "known": True, "workflow": workflow}
+    status = lookup(app, task_id)
+    part = status.to_dict()
+    if part["result"] is not None:
+        part["result"] = shorten(status.result)
+    workflow = workflow_dict(app.engine, status.workflow_id) if status.workflow_id else None
+    return {**part, "is_workflow": False, "known": status.is_known,
+            "stored": "results" in status.sources, "workflow": workflow}
 
 
 def outbox(app: App, *, limit: int = OUTBOX_LIMIT) -> dict[str, Any]:
@@ -205,6 +218,23 @@ def _outbox_row(row: Any) -> dict[str, Any]:
         "last_error": (shorten(row["last_error"], OUTBOX_ERROR_MAX_CHARS)
                        if row["last_error"] else None),
     }
+
+
+def _time_and_age(epoch_ms: Any) -> str | None:
+    """``2026-12-02 10:04:05 UTC (3.2 min ago)`` for an epoch-milliseconds header."""
+    if not isinstance(epoch_ms, (int, float)) or isinstance(epoch_ms, bool):
+        return None
+    at = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc)
+    ago_s = max(0.0, time.time() - epoch_ms / 1000)
+    if ago_s < 120:
+        ago = f"{ago_s:.1f} s"
+    elif ago_s < 7200:
+        ago = f"{ago_s / 60:.1f} min"
+    elif ago_s < 172800:
+        ago = f"{ago_s / 3600:.1f} h"
+    else:
+        ago = f"{ago_s / 86400:.1f} d"
+    return f"{at.strftime('%Y-%m-%d %H:%M:%S')} UTC ({ago} ago)"
 
 
 def _iso(value: datetime | None) -> str | None:

@@ -143,7 +143,11 @@ def task_search() -> ResponseReturnValue:
 
 @blueprint.get("/tasks/<task_id>")
 def task_page(task_id: str) -> ResponseReturnValue:
-    return render_template("task.html", task=data.task(dashboard().app, task_id))
+    """Where a task stands (as ``taskq inspect``); 404 for an id nothing is known about."""
+    app = dashboard().app
+    task = data.task(app, task_id)
+    page = render_template("task.html", task=task, queue_names=app.queue_names())
+    return page, 200 if task["known"] else 404
 
 
 @blueprint.get("/outbox")
@@ -181,7 +185,10 @@ def login() -> ResponseReturnValue:
 
     check_csrf()
     if not dashboard().guard.login(request.form.get("token")):
-        abort(403, "wrong dashboard token")
+        # The form again, with the reason: a bare 403 page leaves the user nowhere to retry.
+        next_path = local_path(request.form.get("next", "")) or ""
+        return render_template("login.html", next=next_path,
+                               error="wrong dashboard token: try again"), 403
     return redirect(local_path(request.form.get("next", "")) or url_for("pages.overview"))
 
 

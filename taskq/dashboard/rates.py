@@ -42,6 +42,11 @@ FINISHED_NOTE = (
     "tasks finished per second come from the worker's metrics: serve the dashboard from "
     "`taskq worker --dashboard-port N --metrics-port M` to see them"
 )
+#: The same, for a dashboard a worker serves already: only its metrics are missing.
+METRICS_NOTE = (
+    "tasks finished per second come from this worker's metrics, which it does not collect: "
+    "start it with --metrics-port M as well"
+)
 
 
 @dataclass(frozen=True)
@@ -66,6 +71,8 @@ class RateTracker:
 
     def __init__(self, finished: FinishedCounts | None = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        # A worker serving the dashboard passes its counts (None while it collects none).
+        self._served_from_worker = finished is not None
         self._finished = finished or (lambda: None)
         self._clock = clock
         self._lock = threading.Lock()
@@ -89,9 +96,11 @@ class RateTracker:
         notes = []
         if any(q["published_per_s"] is None for q in queues.values()):
             notes.append(PUBLISH_NOTE)
-        if any(q["acked_per_s"] is None for q in queues.values()) or (
-                not queues and now.finished is None):
-            notes.append(FINISHED_NOTE)
+        # Only when the counts are missing: on a first look (no base yet) every rate is
+        # unknown, and the note below says why.
+        if now.finished is None and (
+                not queues or any(q["acked_per_s"] is None for q in queues.values())):
+            notes.append(METRICS_NOTE if self._served_from_worker else FINISHED_NOTE)
         if base is None:
             notes.append("rates need two observations at least 1 s apart: refresh again")
         return {"queues": queues, "notes": notes}

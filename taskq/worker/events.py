@@ -28,6 +28,8 @@ class TaskEvent:
     task: str
     queue: str
     retries: int
+    #: The idempotency key, where it matters (a duplicate: the key found done).
+    key: str | None = None
 
     @property
     def attempt(self) -> int:
@@ -75,6 +77,9 @@ class Observer:
 
     def duplicate(self, event: TaskEvent) -> None:
         """The idempotency key was already done: acked without running."""
+
+    def close(self) -> None:
+        """The worker process is about to exit: write what is still held."""
 
 
 class Observers(Observer):
@@ -143,3 +148,6 @@ class Observers(Observer):
 
     def duplicate(self, event: TaskEvent) -> None:  # noqa: D102
         self._each("duplicate", event)
+
+    def close(self) -> None:  # noqa: D102
+        self._each("close")

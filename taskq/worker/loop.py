@@ -395,7 +395,7 @@ class WorkerLoop:
                 )
             if self._observers:
                 self._observers.duplicate(
-                    TaskEvent(task_id, name, delivery.queue, envelope.retries)
+                    TaskEvent(task_id, name, delivery.queue, envelope.retries, key)
                 )
             return None
         if isinstance(result, Busy):

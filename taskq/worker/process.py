@@ -253,6 +253,7 @@ def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
         standby=order.standby, standby_delay_s=STANDBY_DELAY_S,
         consumer_timeout_s=consumer_timeout_for(app, spec.queues),
     )
+    observers = _observers(app)
     loop = WorkerLoop(
         app,
         subscription,
@@ -260,7 +261,7 @@ def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
         sibling_slots=[slot for i, slot in enumerate(slots, 1) if i != spec.index],
         ledger=DeathLedger(spec.state_dir),
         soft_limit=SoftTimeLimit(),
-        observers=_observers(app),
+        observers=observers,
     )
     subscription.cancels.on_timed_out = loop.run_in_hand.on_timed_out
     _install_signal_handlers(loop)
@@ -282,18 +283,22 @@ def _serve(app: App, spec: ChildSpec, slots: list[Slot]) -> int:
     finally:
         subscription.stop_consuming()
         subscription.close()
+        observers.close()  # the task states gathered since the last write
         app.close()
     logger.debug("worker process %d exiting after %d tasks", spec.index, loop.tasks_done)
     return code
 
 
 def _observers(app: App) -> Any:
-    """Result recording and metrics, each only when asked for (no cost otherwise)."""
+    """Task states, result recording and metrics, each only when asked for."""
     from taskq.worker import metrics
     from taskq.worker.events import Observers
     from taskq.worker.observers import MetricsObserver, ResultRecorder, wants_results
+    from taskq.worker.state_recorder import StateRecorder
 
     observers = Observers()
+    if app.settings.track_task_states:
+        observers.add(StateRecorder(app))
     if wants_results(app):
         observers.add(ResultRecorder(app))
     if metrics.is_enabled():

@@ -121,8 +121,9 @@ def test_api_numbers_equal_taskq_status_json(app: App, broker: Any, dashboard_ur
     assert [m["task_id"] for m in listing["messages"]] == ["m5", "m6"]
     message = _get(f"{dashboard_url}/api/queues/{queue}/dead-letters/m/m5")
     assert message["args"] == ["5"] and message["headers"]["taskq-error-type"] == "ValueError"
-    assert _get(f"{dashboard_url}/api/tasks/m5") == {"task_id": "m5", "state": "PENDING",
-                                                     "stored": False}
+    task = _get(f"{dashboard_url}/api/tasks/m5")
+    assert (task["task_id"], task["state"], task["stored"]) == ("m5", "DEAD", False)
+    assert task["dead_letter_queue"] == topo.dlq_name(queue)
 
 
 def test_a_non_loopback_host_without_a_token_is_refused(app: App) -> None:

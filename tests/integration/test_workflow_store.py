@@ -274,7 +274,7 @@ def test_inspect_shows_the_members_and_their_states(
     by_workflow = CliRunner().invoke(main, ["inspect", "-A", "taskq_workflow_probe:app",
                                             result.id])
     by_member = CliRunner().invoke(main, ["inspect", "-A", "taskq_workflow_probe:app",
-                                          "--json", members[1].task_id])
+                                          "--json", "--scan-limit", "0", members[1].task_id])
 
     assert by_workflow.exit_code == 0, by_workflow.output
     lines = by_workflow.output.splitlines()
@@ -288,8 +288,10 @@ def test_inspect_shows_the_members_and_their_states(
     ]
     assert by_member.exit_code == 0, by_member.output
     data = json.loads(by_member.output)
-    assert data["workflow_id"] == result.id
-    assert [m["state"] for m in data["members"]] == ["SUCCESS", "ENQUEUED", "PENDING"]
+    assert (data["task_id"], data["workflow_id"]) == (members[1].task_id, result.id)
+    assert data["workflow"]["workflow_id"] == result.id
+    assert [m["state"] for m in data["workflow"]["members"]] == [
+        "SUCCESS", "ENQUEUED", "PENDING"]
 
 
 def test_db_prune_deletes_workflows_that_finished_before_the_age(

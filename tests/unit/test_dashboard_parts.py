@@ -10,7 +10,7 @@ from flask import render_template
 from taskq import App
 from taskq.dashboard.data import shorten
 from taskq.dashboard.hosts import is_loopback
-from taskq.dashboard.rates import PUBLISH_NOTE, RateTracker
+from taskq.dashboard.rates import FINISHED_NOTE, METRICS_NOTE, PUBLISH_NOTE, RateTracker
 from taskq.dashboard.server import check_binding
 from taskq.dashboard.web import create_app
 from taskq.errors import ConfigurationError
@@ -176,3 +176,22 @@ def test_login_redirects_to_a_path_of_the_site() -> None:
 
     path = "/queues/emails/dead-letters/?task=t"
     assert local_path(path) == path
+
+
+def test_a_worker_served_dashboard_is_never_told_to_be_served_from_a_worker() -> None:
+    # Given the tracker of a dashboard a worker serves: with metrics, and without
+    now = [0.0]
+    with_metrics = RateTracker(lambda: {"q": 1.0}, clock=lambda: now[0])
+    without_metrics = RateTracker(lambda: None, clock=lambda: now[0])
+    status = {"queues": [{"name": "q", "ready": 1}]}
+
+    # When each renders its first overview (no earlier observation yet)
+    first = with_metrics.observe(status)["notes"]
+    bare = without_metrics.observe(status)["notes"]
+
+    # Then neither says "serve the dashboard from taskq worker"; the one without metrics
+    # asks for --metrics-port, the first only for a second observation
+    assert FINISHED_NOTE not in first and FINISHED_NOTE not in bare
+    assert [note for note in first if "metrics" in note] == []
+    assert any("rates need two observations" in note for note in first)
+    assert METRICS_NOTE in bare

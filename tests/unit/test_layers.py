@@ -23,6 +23,7 @@ LAYERS = {
         "schema", "outbox.store", "outbox.binding", "idempotency", "results", "delay", "sending",
         "schedules.store",
         "workflows.store",
+        "states.store",
     },
     3: {
         "app", "task", "registry", "middleware", "outbox", "outbox.relay", "worker", "dlq",
@@ -32,6 +33,7 @@ LAYERS = {
         "schedules.report",
         "ordering.in_place", "ordering.status",
         "workflows",
+        "states",
     },
     4: {"cli", "testing", "contrib", "dashboard", "__main__", "__init__"},
 }

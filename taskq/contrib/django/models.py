@@ -195,3 +195,26 @@ class WorkflowMember(models.Model):
 
     def __str__(self) -> str:
         return f"{self.task}[{self.task_id}] {self.state}"
+
+
+class TaskState(models.Model):
+    """What a worker last saw happen to a task (``taskq_task_states``, :mod:`taskq.states`)."""
+
+    task_id = models.CharField(max_length=255, primary_key=True)
+    task = models.CharField(max_length=255)
+    queue = models.CharField(max_length=255)
+    state = models.CharField(max_length=16)
+    retries = models.IntegerField()
+    idempotency_key = models.CharField(max_length=255, null=True)
+    worker = models.CharField(max_length=255, null=True)
+    error = models.TextField(null=True)
+    next_at = models.DateTimeField(null=True)
+    started_at = models.DateTimeField(null=True)
+    updated_at = models.DateTimeField()
+
+    class Meta:
+        db_table = "taskq_task_states"
+        indexes = [models.Index(fields=["updated_at"], name="ix_taskq_task_states_updated")]
+
+    def __str__(self) -> str:
+        return f"{self.task} {self.task_id} {self.state}"
