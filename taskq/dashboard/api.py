@@ -83,7 +83,10 @@ def _replay(queue: str | None) -> ResponseReturnValue:
         abort(400, "give 'ids', 'tasks' or \"all\": true")
     report = dlq.replay(dashboard().app, source.queue, unroutable=source.unroutable,
                         ids=ids, tasks=tasks, limit=limit)
-    return jsonify(vars(report))
+    # The examined ids stay out (a whole queue's worth); what matched nothing is said instead.
+    answer = {name: value for name, value in vars(report).items() if name != "parked_ids"}
+    answer["unmatched"] = report.unmatched(ids=ids, tasks=tasks)
+    return jsonify(answer)
 
 
 def _purge(queue: str | None) -> ResponseReturnValue:
