@@ -10,22 +10,26 @@
 #         (make rabbitmq4: scripts/ensure-rabbitmq4.sh)
 #
 # Layers: the default layer always; the slow layer, the fault suite and the cluster suite when
-# TASKQ_SLOW=1, TASKQ_FAULTS=1, TASKQ_CLUSTER=1 ask for them (.ci/run sets all three).
+# TASKQ_SLOW=1, TASKQ_FAULTS=1, TASKQ_CLUSTER=1 ask for them (.ci/run sets all three). Each
+# layer is a pytest run of its own, chosen by markers so that every test belongs to exactly
+# one: default = no slow, faults or cluster marker; slow = slow, not faults or cluster;
+# fault = faults; cluster = cluster, not faults.
 # RabbitMQ 4.3 runs every layer asked for. RabbitMQ 3.10 runs the default and slow layers
 # only: the fault and cluster suites start private nodes of their own and kill them, and
 # running them twice would take CI past its hour (times and reasons: docs/rabbitmq.md, "How
 # taskq is tested"). ON_310_LAYERS overrides that choice ("default slow fault cluster" runs
 # everything on 3.10 too).
 #
-# Each pass begins with a line saying which broker (its version, read from the broker) and
-# which layers, and ends with a line saying how it went and how long it took; the Django 6.1
-# tests (.venv-django6) follow each main pass against the same broker. Every pass runs even
-# when an earlier one failed, so one run shows every failure; the exit status is non-zero
-# when any pass failed (or a broker could not be reached), and the last lines list them.
+# Each run begins with a line saying which broker (its version, read from the broker) and
+# which layer, and ends with a line saying how it went and how long it took; the Django 6.1
+# tests (.venv-django6) follow the layers of each broker, against the same broker. Every run
+# goes ahead even when an earlier one failed, so one `make test` shows every failure; the
+# exit status is non-zero when any failed (or a broker could not be reached), and the last
+# lines list them all with their times.
 #
-# Settings (environment): BROKERS, ON_310_LAYERS, PYTEST_ARGS (added to the main passes),
-# VENV (.venv), DJANGO6_VENV (.venv-django6; empty: no Django 6.1 passes), DJANGO_TESTS,
-# RMQ4_ROOT (/opt/rmq43), RMQ4_PORT (5673).
+# Settings (environment): BROKERS, ON_310_LAYERS, PYTEST_ARGS (added to every layer's run;
+# a -m of its own would replace the layer's), VENV (.venv), DJANGO6_VENV (.venv-django6;
+# empty: no Django 6.1 runs), DJANGO_TESTS, RMQ4_ROOT (/opt/rmq43), RMQ4_PORT (5673).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -37,6 +41,9 @@ DJANGO_TESTS=${DJANGO_TESTS:-tests/contrib/test_django.py tests/contrib/test_dja
 PYTEST_ARGS=${PYTEST_ARGS:-}
 RMQ4_ROOT=${RMQ4_ROOT:-/opt/rmq43}
 RMQ4_PORT=${RMQ4_PORT:-5673}
+
+# Tests of the 4.x node itself (tests/support/rabbitmq4.py) use the same node.
+export TASKQ_TEST_RABBITMQ4_URL=${TASKQ_TEST_RABBITMQ4_URL:-amqp://guest:guest@127.0.0.1:$RMQ4_PORT/%2F}
 
 # The layers asked for, by the variables conftest.py reads.
 asked=(default)
@@ -97,6 +104,10 @@ run_pass() {
     if [ "$status" -eq 0 ]; then
         echo "=== $title: passed in $took ==="
         results+=("passed  $took  $title")
+    elif [ "$status" -eq 5 ]; then
+        # pytest's "no tests collected": PYTEST_ARGS chose none of this layer's tests
+        echo "=== $title: no tests of this layer selected ($took) ==="
+        results+=("none    $took  $title")
     else
         echo "=== $title: FAILED (pytest exit $status) in $took ==="
         results+=("FAILED  $took  $title (pytest exit $status)")
@@ -104,10 +115,14 @@ run_pass() {
     fi
 }
 
-layer_names() {
-    local names
-    names=$(echo "$*" | sed 's/ /, /g')
-    if [ "$#" -eq 1 ]; then echo "$names layer"; else echo "$names layers"; fi
+# layer -> its marker expression
+layer_markers() {
+    case "$1" in
+        default) echo "not slow and not faults and not cluster" ;;
+        slow) echo "slow and not faults and not cluster" ;;
+        fault) echo "faults" ;;
+        cluster) echo "cluster and not faults" ;;
+    esac
 }
 
 for broker in $BROKERS; do
@@ -136,11 +151,11 @@ for broker in $BROKERS; do
             continue
             ;;
     esac
-    # shellcheck disable=SC2046
-    set -- $(layers_on "$broker")
+    # every layer's run sees the switches of all layers asked for (a test may carry several
+    # markers); the marker expression picks the layer
     pass_env=(-u TASKQ_SLOW -u TASKQ_FAULTS -u TASKQ_CLUSTER -u TASKQ_TEST_RABBITMQ_ROOT
         TASKQ_TEST_BROKER_URL="$url")
-    for layer in "$@"; do
+    for layer in "${asked[@]}"; do
         case "$layer" in
             slow) pass_env+=(TASKQ_SLOW=1) ;;
             fault) pass_env+=(TASKQ_FAULTS=1) ;;
@@ -151,9 +166,11 @@ for broker in $BROKERS; do
         # the fault and cluster suites start their private nodes from this root
         pass_env+=(TASKQ_TEST_RABBITMQ_ROOT="$RMQ4_ROOT")
     fi
-    # shellcheck disable=SC2086
-    run_pass "RabbitMQ $version at $where: $(layer_names "$@")" \
-        env "${pass_env[@]}" "$VENV/bin/pytest" -q $PYTEST_ARGS
+    for layer in $(layers_on "$broker"); do
+        # shellcheck disable=SC2086
+        run_pass "RabbitMQ $version at $where: $layer layer" \
+            env "${pass_env[@]}" "$VENV/bin/pytest" -q -m "$(layer_markers "$layer")" $PYTEST_ARGS
+    done
     if [ -n "$DJANGO6_VENV" ]; then
         # shellcheck disable=SC2086
         run_pass "RabbitMQ $version at $where: Django 6.1 tests ($DJANGO6_VENV)" \
