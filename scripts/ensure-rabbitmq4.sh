@@ -97,10 +97,11 @@ build_root() {
     touch "$ROOT/.taskq-rabbitmq4-ready"
 }
 
+PLUGINS="[rabbitmq_prometheus,rabbitmq_consistent_hash_exchange]."
+
 # The node's plugins and configuration (header): written before each start, read at boot.
 configure() {
-    echo "[rabbitmq_prometheus,rabbitmq_consistent_hash_exchange]." \
-        >"$ROOT/etc/rabbitmq/enabled_plugins"
+    echo "$PLUGINS" >"$ROOT/etc/rabbitmq/enabled_plugins"
     cat >"$ROOT/etc/rabbitmq/rabbitmq.conf" <<EOF
 # written by taskq's scripts/ensure-rabbitmq4.sh
 management_agent.disable_metrics_collector = true
@@ -152,6 +153,11 @@ fi
 if port_open "$PORT"; then
     if [ -d "$ROOT" ] && node_answers; then
         echo "rabbitmq4: $NODE answers on 127.0.0.1:$PORT"
+        if [ "$(cat "$ROOT/etc/rabbitmq/enabled_plugins" 2>/dev/null)" != "$PLUGINS" ]; then
+            # started by an older version of this script: never restarted behind a user's back
+            echo "rabbitmq4: $NODE was started with an older configuration (management plugin);" \
+                "restart it: bash $0 --stop && bash $0" >&2
+        fi
         exit 0
     fi
     die "something else listens on 127.0.0.1:$PORT (not $NODE of $ROOT); set RMQ4_PORT or stop it"

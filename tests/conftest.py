@@ -123,6 +123,12 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
             f"RabbitMQ 4.x node ({deprecations.node_log()}) while it ran. Nothing taskq or "
             "its tests declare or call may depend on one (docs/rabbitmq.md)."
         )
+        if any("management_metrics_collection" in line for line in found):
+            terminalreporter.write_line(
+                "management_metrics_collection is the node's own management statistics: it was "
+                "started with the management plugin; restart it with "
+                "scripts/ensure-rabbitmq4.sh --stop, then scripts/ensure-rabbitmq4.sh."
+            )
 
 
 @pytest.fixture(autouse=True)
