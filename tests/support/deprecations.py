@@ -32,9 +32,11 @@ from tests.support.waiting import wait_until
 MARK = "Deprecated features"
 _FLUSH_TIMEOUT_S = 60.0
 
-# Lines a test caused on purpose (exact text, timestamp and Erlang PID included): the
-# session's own check leaves them out.
+# Lines a test caused on purpose (exact text, timestamp and Erlang PID included): every
+# check leaves them out, also that of another session on the same node at the same time
+# (so they are kept in a file beside the node, not only in this process).
 _excused: set[str] = set()
+EXCUSED_FILE = ROOT / "tmp" / "taskq-deprecations-excused.txt"
 
 
 def node_log() -> Path:
@@ -80,7 +82,15 @@ def new_lines(window: LogWindow) -> list[str]:
 
 def deprecated_lines(window: LogWindow) -> list[str]:
     """The lines of the window that report a deprecated feature used, less excused ones."""
-    return [line for line in new_lines(window) if MARK in line and line not in _excused]
+    excused = _excused | _excused_elsewhere()
+    return [line for line in new_lines(window) if MARK in line and line not in excused]
+
+
+def _excused_elsewhere() -> set[str]:
+    try:
+        return set(EXCUSED_FILE.read_text(encoding="utf-8").splitlines())
+    except FileNotFoundError:
+        return set()
 
 
 def close_window(window: LogWindow, node: Rabbit4 | None = None) -> list[str]:
@@ -101,6 +111,8 @@ def close_window(window: LogWindow, node: Rabbit4 | None = None) -> list[str]:
 def excuse(lines: list[str]) -> None:
     """Leave ``lines`` (caused on purpose by a test) out of every later check."""
     _excused.update(lines)
+    with open(EXCUSED_FILE, "a", encoding="utf-8") as file:
+        file.writelines(f"{line}\n" for line in lines)
 
 
 def forget_warnings(node: Rabbit4 | None = None) -> None:
