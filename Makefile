@@ -1,5 +1,6 @@
-# make demo: run the example app.  make test: run the whole test suite.  make faults: the fault suite.
-# Both build .venv, install taskq into it and make sure the services they need answer.
+# make demo: run the example app.  make test: run the whole test suite on RabbitMQ 3.10 and 4.3.
+# make faults: the fault suite. They build .venv, install taskq into it and make sure the services
+# they need answer.
 #
 # Two environments: .venv on the default python3 (the whole suite, with Django 4.2 LTS and
 # the django-tasks backport), and .venv-django6 on Python 3.12 or newer (Django 6.1, which
@@ -20,8 +21,12 @@ PIP_QUIET := --quiet --disable-pip-version-check
 # checkers (mypy, pyright) do not run import hooks, so with the hook they cannot see taskq
 # (and its py.typed) when checking code that uses it.
 EDITABLE := --config-settings editable_mode=compat -e
+# The brokers make test runs the suite on (scripts/on-brokers.sh): the machine's 3.10 and a
+# private 4.3 node (make rabbitmq4). BROKERS=3.10 make test skips the 4.3 node altogether.
+BROKERS ?= 3.10 4.3
+export BROKERS
 
-.PHONY: venv venv-django6 services browser slow screenshots test faults cluster demo lint
+.PHONY: venv venv-django6 services rabbitmq4 browser slow screenshots test faults cluster demo lint
 
 venv: $(STAMP)
 
@@ -62,13 +67,21 @@ $(DJANGO6_STAMP): setup.cfg setup.py scripts/find-python.sh Makefile
 services:
 	bash scripts/ensure-services.sh rabbitmq postgres
 
+# The private RabbitMQ 4.3 node (r43@localhost on 127.0.0.1:5673, root /opt/rmq43): built from
+# Debian's packages the first time (about a minute), started when it is down; one line and a
+# non-zero exit when it cannot be had.
+rabbitmq4:
+	bash scripts/ensure-rabbitmq4.sh
+
 # Chromium for the dashboard's browser tests (Playwright comes with the dev extra).
 browser:
 	bash scripts/ensure-browser.sh
 
-test: venv venv-django6 services browser
-	$(VENV)/bin/pytest -q $(PYTEST_ARGS)
-	$(DJANGO6_VENV)/bin/pytest -q $(DJANGO_TESTS)
+# The suite once per broker of BROKERS, each pass headed by the broker's version and the layers
+# it runs, then the Django tests again on Django 6.1; every pass runs, and any failure fails
+# make test (scripts/on-brokers.sh; which layers run where: docs/rabbitmq.md).
+test: venv venv-django6 services $(if $(filter 4.3,$(BROKERS)),rabbitmq4) browser
+	PYTEST_ARGS='$(PYTEST_ARGS)' DJANGO_TESTS='$(DJANGO_TESTS)' bash scripts/on-brokers.sh
 
 # The slow tests alone (marker slow: kill tests, several real workers, the browser); make
 # test skips them unless TASKQ_SLOW=1, as CI (.ci/run) sets.

@@ -12,10 +12,17 @@
 # of its own (tests/support/rabbitmq4.py). When the node cannot be had this prints one line
 # saying why and exits non-zero: never a silent skip.
 #
+# The node runs the Prometheus and consistent-hash plugins, not the management plugin, and with
+# the management agent's metrics collector off: that collector is RabbitMQ 4.x's deprecated
+# feature `management_metrics_collection` (it logs "Deprecated features" for it, which the
+# tests' deprecated-feature check would count), and a management listener on 15672 would
+# answer the management requests that tests aimed at the 3.10 broker (5672) derive from their
+# host. The configuration is (re)written before every start, so an older root gets it too.
+#
 # Settings (environment): RMQ4_ROOT (/opt/rmq43), RMQ4_SUITE (sid), RMQ4_NODE
 # (r43@localhost), RMQ4_PORT (5673), RMQ4_DIST_PORT (25673), RMQ4_EPMD_PORT (4373),
-# RMQ4_MANAGEMENT_PORT (15673), RMQ4_PROMETHEUS_PORT (15693), RMQ4_MIRROR (the machine's
-# Debian mirror). Everything listens on 127.0.0.1 only.
+# RMQ4_PROMETHEUS_PORT (15692), RMQ4_MIRROR (the machine's Debian mirror). Everything
+# listens on 127.0.0.1 only (AMQP, distribution, epmd, Prometheus).
 set -euo pipefail
 PATH="$PATH:/usr/local/sbin:/usr/sbin:/sbin"
 
@@ -25,8 +32,7 @@ NODE=${RMQ4_NODE:-r43@localhost}
 PORT=${RMQ4_PORT:-5673}
 DIST_PORT=${RMQ4_DIST_PORT:-25673}
 EPMD_PORT=${RMQ4_EPMD_PORT:-4373}
-MANAGEMENT_PORT=${RMQ4_MANAGEMENT_PORT:-15673}
-PROMETHEUS_PORT=${RMQ4_PROMETHEUS_PORT:-15693}
+PROMETHEUS_PORT=${RMQ4_PROMETHEUS_PORT:-15692}
 WAIT_S=90
 LOG_DIR="${TMPDIR:-/tmp}"
 
@@ -89,22 +95,20 @@ build_root() {
         die "debootstrap of Debian $SUITE with rabbitmq-server failed (log: $log)"
     fi
     echo "127.0.0.1 localhost" >"$ROOT/etc/hosts"
-    # the node's plugins the suites use; written before the first start
-    echo "[rabbitmq_management,rabbitmq_prometheus,rabbitmq_consistent_hash_exchange]." \
-        >"$ROOT/etc/rabbitmq/enabled_plugins"
     touch "$ROOT/.taskq-rabbitmq4-ready"
 }
 
-# Loopback only, and ports of its own: the shared 3.10 broker's tests must never meet this
-# node's management (15672) or Prometheus (15692) listeners. Written at every start.
-write_config() {
-    cat >"$ROOT/etc/rabbitmq/rabbitmq.conf" <<CONF
-listeners.tcp.default = 127.0.0.1:$PORT
-management.tcp.ip = 127.0.0.1
-management.tcp.port = $MANAGEMENT_PORT
+PLUGINS="[rabbitmq_prometheus,rabbitmq_consistent_hash_exchange]."
+
+# The node's plugins and configuration (header): written before each start, read at boot.
+configure() {
+    echo "$PLUGINS" >"$ROOT/etc/rabbitmq/enabled_plugins"
+    cat >"$ROOT/etc/rabbitmq/rabbitmq.conf" <<EOF
+# written by taskq's scripts/ensure-rabbitmq4.sh
+management_agent.disable_metrics_collector = true
 prometheus.tcp.ip = 127.0.0.1
 prometheus.tcp.port = $PROMETHEUS_PORT
-CONF
+EOF
 }
 
 mount_proc() {
@@ -151,13 +155,18 @@ fi
 if port_open "$PORT"; then
     if [ -d "$ROOT" ] && node_answers; then
         echo "rabbitmq4: $NODE answers on 127.0.0.1:$PORT"
+        if [ "$(cat "$ROOT/etc/rabbitmq/enabled_plugins" 2>/dev/null)" != "$PLUGINS" ]; then
+            # started by an older version of this script: never restarted behind a user's back
+            echo "rabbitmq4: $NODE was started with an older configuration (management plugin);" \
+                "restart it: bash $0 --stop && bash $0" >&2
+        fi
         exit 0
     fi
     die "something else listens on 127.0.0.1:$PORT (not $NODE of $ROOT); set RMQ4_PORT or stop it"
 fi
 root_ready || build_root
+configure
 mount_proc
-write_config
 start_node
 version=$(ctl version 2>/dev/null || echo "?")
 case "$version" in

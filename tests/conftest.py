@@ -8,10 +8,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import subprocess
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import urlparse
 
 import pytest
 import sqlalchemy as sa
@@ -19,6 +21,7 @@ import sqlalchemy as sa
 from taskq import App
 from taskq.broker import topology as topo
 from taskq.schema import metadata
+from tests.support import deprecations, rabbitmq4
 from tests.support.layers import skip_unless_enabled
 
 logger = logging.getLogger(__name__)
@@ -28,8 +31,13 @@ POSTGRES_URL = os.environ.get(
     "TASKQ_TEST_POSTGRES_URL", "postgresql+psycopg://root@127.0.0.1:5432/test"
 )
 
+_BROKER_PORT = urlparse(BROKER_URL).port or 5672
 _SERVICES = {
-    "RabbitMQ": (5672, "rabbitmq-server -detached (or: make services)"),
+    "RabbitMQ": (
+        _BROKER_PORT,
+        "make rabbitmq4" if _BROKER_PORT == urlparse(rabbitmq4.URL).port
+        else "rabbitmq-server -detached (or: make services)",
+    ),
     "PostgreSQL": (
         5432,
         "pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start "
@@ -63,6 +71,64 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     ]
     if missing:
         pytest.exit("\n".join(missing), returncode=3)
+    if on_rabbitmq4_node() and not session.config.option.collectonly:
+        _watch_deprecations(session.config)
+
+
+# The deprecated-feature check (tests/support/deprecations.py): a session on the RabbitMQ 4.x
+# node fails when the node's log reports a deprecated feature used while it ran.
+_DEPRECATIONS_WINDOW = pytest.StashKey[deprecations.LogWindow]()
+_DEPRECATIONS_FOUND = pytest.StashKey[list[str]]()
+
+
+def on_rabbitmq4_node() -> bool:
+    """Whether this session's broker is the RabbitMQ 4.x node of tests/support/rabbitmq4.py."""
+    broker, node = urlparse(BROKER_URL), urlparse(rabbitmq4.URL)
+    return (broker.hostname, broker.port) == (node.hostname, node.port)
+
+
+def _watch_deprecations(config: pytest.Config) -> None:
+    try:
+        deprecations.forget_warnings()
+        config.stash[_DEPRECATIONS_WINDOW] = deprecations.open_window()
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        pytest.exit(
+            f"the deprecated-feature check cannot watch the RabbitMQ 4.x node at {BROKER_URL} "
+            f"(its log {deprecations.node_log()}, its rabbitmqctl: RMQ4_ROOT, RMQ4_NODE): {exc}",
+            returncode=3,
+        )
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    window = session.config.stash.get(_DEPRECATIONS_WINDOW, None)
+    if window is None:
+        return
+    try:
+        found = deprecations.close_window(window)
+    except (OSError, RuntimeError, AssertionError, subprocess.TimeoutExpired) as exc:
+        found = [f"(the check could not read the node's log to its end: {exc})"]
+    session.config.stash[_DEPRECATIONS_FOUND] = found
+    if found and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    found = terminalreporter.config.stash.get(_DEPRECATIONS_FOUND, [])
+    if found:
+        terminalreporter.section("deprecated RabbitMQ features used", red=True)
+        for line in found:
+            terminalreporter.write_line(line)
+        terminalreporter.write_line(
+            f"The run fails: {len(found)} use(s) of a deprecated feature in the log of the "
+            f"RabbitMQ 4.x node ({deprecations.node_log()}) while it ran. Nothing taskq or "
+            "its tests declare or call may depend on one (docs/rabbitmq.md)."
+        )
+        if any("management_metrics_collection" in line for line in found):
+            terminalreporter.write_line(
+                "management_metrics_collection is the node's own management statistics: it was "
+                "started with the management plugin; restart it with "
+                "scripts/ensure-rabbitmq4.sh --stop, then scripts/ensure-rabbitmq4.sh."
+            )
 
 
 @pytest.fixture(autouse=True)

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from taskq import App, SerializationError
 from taskq.db import as_aware
 from taskq.schema import outbox_table
+from tests.conftest import BROKER_URL
 from tests.support.waiting import wait_until
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -288,9 +289,8 @@ def test_broker_outage_keeps_rows_until_it_returns(
     from tests.support.proxy import TcpProxy
 
     # Given a relay whose broker connection goes through a proxy we can cut
-    with TcpProxy("127.0.0.1", 5672) as proxy:
-        app = make_app("shop", database_url=database_url,
-                       broker_url=proxy.url("amqp://guest:guest@127.0.0.1:5672/%2F"),
+    with TcpProxy.for_url(BROKER_URL) as proxy:
+        app = make_app("shop", database_url=database_url, broker_url=proxy.url(BROKER_URL),
                        connect_timeout_s=1.0, outbox_poll_interval_s=0.05)
         app.create_tables()
         task = app.task(name="ship")(lambda n: None)

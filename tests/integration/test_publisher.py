@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -410,8 +411,9 @@ class FreezingProxy:
     accepted later flow normally.
     """
 
-    def __init__(self, port: int) -> None:
-        self._upstream = ("127.0.0.1", port)
+    def __init__(self, amqp_url: str) -> None:
+        parts = urlsplit(amqp_url)
+        self._upstream = (parts.hostname or "127.0.0.1", parts.port or 5672)
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
         self._frozen: list[threading.Event] = []
@@ -420,7 +422,8 @@ class FreezingProxy:
         threading.Thread(target=self._accept, daemon=True).start()
 
     def url(self, amqp_url: str) -> str:
-        return amqp_url.replace("127.0.0.1:5672", f"127.0.0.1:{self.port}")
+        host, port = self._upstream
+        return amqp_url.replace(f"{host}:{port}", f"127.0.0.1:{self.port}")
 
     def freeze(self) -> None:
         for gate in self._frozen:
@@ -468,7 +471,7 @@ class FreezingProxy:
 
 def test_confirm_timeout_aborts_and_retries_on_a_new_connection(make_publisher, names, admin):
     # Given a publisher whose connection stalls: the broker's confirms never reach it
-    stalling = FreezingProxy(5672)
+    stalling = FreezingProxy(BROKER_URL)
     try:
         publisher = make_publisher(
             broker_url=stalling.url(BROKER_URL), publish_confirm_timeout_s=0.5

@@ -13,27 +13,31 @@ import pytest
 from taskq import App
 from taskq.broker.topology import dlq_name
 from tests import tasks
+from tests.conftest import on_rabbitmq4_node
+from tests.support.rabbitmq4 import Rabbit4
 from tests.support.waiting import wait_until
 from tests.system.workers import count_runs, send
 
 pytestmark = pytest.mark.slow
 
 
+def _ctl(*args: str) -> str:
+    """``rabbitmqctl args...`` of the session's broker (the 4.x node's own, in its root)."""
+    if on_rabbitmq4_node():
+        return Rabbit4().ctl(*args)
+    return subprocess.run(["rabbitmqctl", *args], capture_output=True, text=True, timeout=60,
+                          check=True).stdout
+
+
 def _close_worker_connections(pid: int) -> int:
     """Ask the broker to close the consumer connections of worker process ``pid``."""
-    listing = subprocess.run(
-        ["rabbitmqctl", "-q", "list_connections", "pid", "client_properties"],
-        capture_output=True, text=True, timeout=60, check=True,
-    ).stdout
+    listing = _ctl("-q", "list_connections", "pid", "client_properties")
     closed = 0
     for line in listing.splitlines():
         conn_pid, _, properties = line.partition("\t")
         # client_properties carries connection_name "taskq worker N pid=P host=H"
         if "taskq worker" in properties and f"pid={pid} " in properties:
-            subprocess.run(
-                ["rabbitmqctl", "-q", "close_connection", conn_pid, "test: connection lost"],
-                capture_output=True, timeout=60, check=True,
-            )
+            _ctl("-q", "close_connection", conn_pid, "test: connection lost")
             closed += 1
     return closed
 
