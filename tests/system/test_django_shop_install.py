@@ -30,7 +30,8 @@ def readme_commands() -> list[str]:
     block = re.search(r"```sh\n(.*?)```", text, re.S)
     assert block, "examples/django_shop/README.md has no sh block"
     lines = [line.split("#", 1)[0].strip() for line in block.group(1).splitlines()]
-    wanted = [line for line in lines if line.startswith(("pip install", "python manage.py migrate"))]
+    steps = ("pip install", "python manage.py migrate")
+    wanted = [line for line in lines if line.startswith(steps)]
     assert len(wanted) == 2, wanted
     return wanted
 
