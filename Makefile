@@ -1,4 +1,4 @@
-# make demo: run the example app.  make test: run the whole test suite.  make faults: the fault suite.
+# make demo: run the example app (in .venv-demo: taskq alone).  make test: run the whole test suite.  make faults: the fault suite.
 # Both build .venv, install taskq into it and make sure the services they need answer.
 #
 # Two environments: .venv on the default python3 (the whole suite, with Django 4.2 LTS and
@@ -20,6 +20,8 @@ PIP_QUIET := --quiet --disable-pip-version-check
 # checkers (mypy, pyright) do not run import hooks, so with the hook they cannot see taskq
 # (and its py.typed) when checking code that uses it.
 EDITABLE := --config-settings editable_mode=compat -e
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
 
 .PHONY: venv venv-django6 services browser slow screenshots test faults cluster demo lint
 
@@ -88,9 +90,17 @@ faults: venv services
 cluster: venv services
 	TASKQ_CLUSTER=1 $(VENV)/bin/pytest -q tests/cluster $(PYTEST_ARGS)
 
-demo: venv
+# The demo's own environment: taskq alone, no extras or test tools (SQLite and RabbitMQ).
+$(DEMO_STAMP): setup.cfg setup.py
+	@[ -x $(DEMO_VENV)/bin/pip ] || $(PYTHON) -m venv $(DEMO_VENV) || { rm -rf $(DEMO_VENV); \
+		echo "demo: $(PYTHON) cannot create virtualenvs; install its venv module" \
+			"(Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
+	$(DEMO_VENV)/bin/python -m pip install $(PIP_QUIET) -e .
+	@touch $@
+
+demo: $(DEMO_STAMP)
 	bash scripts/ensure-services.sh rabbitmq
-	$(VENV_PYTHON) -m examples.demo
+	$(DEMO_VENV)/bin/python -m examples.demo
 
 lint: venv
 	$(VENV)/bin/ruff check .
