@@ -1,10 +1,12 @@
 """Find and delete everything an app declared on the broker (behind ``taskq teardown``).
 
-Two kinds of objects, because queue names carry no namespace prefix (DESIGN §3):
+Two kinds of objects, because queue names carry no namespace prefix (docs/PROTOCOL.md,
+"Topology"):
 
 - **The app's queues**: each work queue it knows (or the partition queues of an ordered
   one) and its ``Q.dlq``. Another app that names the same queue in the same vhost shares
-  it, and loses it too: isolate apps with a vhost each (docs/guide.md, "What is on the broker").
+  it, and loses it too: isolate apps with a vhost each (docs/guide.md, "What is on the
+  broker").
 - **The namespace's objects**: the exchanges ``ns``, ``ns.dlx``, ``ns.unroutable`` (and its
   queue), ``ns.delayed`` and the delay tiers ``ns.delay.*``. Other apps with the same
   ``namespace`` use them as well, so they are deleted only when, once the app's queues are
