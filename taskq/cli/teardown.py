@@ -10,7 +10,7 @@ from taskq.cli._common import APP_OPTION, fail, load, reported
 from taskq.settings import redact_url
 
 
-@click.command()
+@click.command(short_help="Delete what the app declared on the broker, after asking.")
 @APP_OPTION
 @click.option(
     "-Q", "--queues", "extra", metavar="Q1,Q2",
