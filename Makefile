@@ -1,6 +1,6 @@
-# make demo: run the example app.  make test: run the whole test suite on RabbitMQ 3.10 and 4.3.
-# make faults: the fault suite. They build .venv, install taskq into it and make sure the services
-# they need answer.
+# make demo: run the example app (in .venv-demo: taskq alone).  make test: run the whole test
+# suite on RabbitMQ 3.10 and 4.3.  make faults: the fault suite. They build .venv, install
+# taskq into it and make sure the services they need answer.
 #
 # Two environments: .venv on the default python3 (the whole suite, with Django 4.2 LTS and
 # the django-tasks backport), and .venv-django6 on Python 3.12 or newer (Django 6.1, which
@@ -25,6 +25,8 @@ EDITABLE := --config-settings editable_mode=compat -e
 # private 4.3 node (make rabbitmq4). BROKERS=3.10 make test skips the 4.3 node altogether.
 BROKERS ?= 3.10 4.3
 export BROKERS
+DEMO_VENV := .venv-demo
+DEMO_STAMP := $(DEMO_VENV)/.installed
 
 .PHONY: venv venv-django6 services rabbitmq4 browser slow screenshots test faults cluster demo lint
 
@@ -101,9 +103,17 @@ faults: venv services
 cluster: venv services
 	TASKQ_CLUSTER=1 $(VENV)/bin/pytest -q tests/cluster $(PYTEST_ARGS)
 
-demo: venv
+# The demo's own environment: taskq alone, no extras or test tools (SQLite and RabbitMQ).
+$(DEMO_STAMP): setup.cfg setup.py
+	@[ -x $(DEMO_VENV)/bin/pip ] || $(PYTHON) -m venv $(DEMO_VENV) || { rm -rf $(DEMO_VENV); \
+		echo "demo: $(PYTHON) cannot create virtualenvs; install its venv module" \
+			"(Debian/Ubuntu: apt-get install python3-venv)" >&2; exit 1; }
+	$(DEMO_VENV)/bin/python -m pip install $(PIP_QUIET) -e .
+	@touch $@
+
+demo: $(DEMO_STAMP)
 	bash scripts/ensure-services.sh rabbitmq
-	$(VENV_PYTHON) -m examples.demo
+	$(DEMO_VENV)/bin/python -m examples.demo
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -132,3 +133,27 @@ def as_aware(value: datetime | None) -> datetime | None:
     if value is None or value.tzinfo is not None:
         return value
     return value.replace(tzinfo=timezone.utc)
+
+
+def missing_tables(engine: Engine, tables: Iterable[str]) -> list[str]:
+    """The names among ``tables`` that do not exist in ``engine``'s database (its schema).
+
+    Raises:
+        sqlalchemy.exc.SQLAlchemyError: the database cannot be reached.
+    """
+    inspector = sa.inspect(engine)
+    return [table for table in tables if not inspector.has_table(table)]
+
+
+def missing_tables_message(url: str, tables: Iterable[str], app_path: str | None = None) -> str:
+    """What a command says when taskq's tables are missing: what to run comes first.
+
+    Only the embedded SQLite default gets its tables created by the worker, the relay and
+    the scheduler; every other database needs ``taskq db create`` (or a migration) once.
+    """
+    return (
+        f"taskq's tables are missing: run `taskq db create -A {app_path or 'MODULE:APP'}` "
+        "once (every database but the embedded SQLite default needs it; or migrate with "
+        "taskq.metadata in Alembic, or `manage.py migrate` with Django). "
+        f"Missing in {redact_url(url)}: {', '.join(tables)}"
+    )

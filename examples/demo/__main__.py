@@ -88,19 +88,23 @@ def summarise(records: list[list[str]]) -> None:
     )
     for pid, queue, *_ in records:
         by_process[pid][queue] += 1
-    print("\nWhat ran where:")
+    print("\nWhat ran where: tasks run by each worker process (by pid), per queue. Each")
+    print("process takes what it can, so the work spreads over all three:")
     print(f"  {'process':>8}  {ORDERS:>12}  {EMAILS:>12}")
     for pid, counts in sorted(by_process.items()):
         print(f"  {pid:>8}  {counts[ORDERS]:>12}  {counts[EMAILS]:>12}")
+    print("\nPriorities: the position at which tasks ran in their queue (0 ran first), on")
+    print("average per message priority. Orders were placed in random priority order; a")
+    print("lower average for priority 9 means urgent tasks overtook the backlog:")
     for queue in (ORDERS, EMAILS):
         ranks: dict[str, list[int]] = collections.defaultdict(list)
         rows = sorted((r for r in records if r[1] == queue), key=lambda r: float(r[5]))
         for rank, row in enumerate(rows):
-            ranks["high (9)" if row[3] == "9" else "low (0-2)" if int(row[3]) <= 2 else "mid"]\
+            ranks["priority 9" if row[3] == "9" else "priority 0-2" if int(row[3]) <= 2 else "mid"]\
                 .append(rank)
         summary = ", ".join(
-            f"{label}: average position {sum(v) / len(v):.0f} of {len(rows)}"
-            for label, v in sorted(ranks.items()) if label != "mid"
+            f"{label} ran at position {sum(v) / len(v):.0f} of {len(rows)} on average"
+            for label, v in sorted(ranks.items(), reverse=True) if label != "mid"
         )
         print(f"  {queue}: {summary}")
 
@@ -122,6 +126,7 @@ def main() -> int:
                "-Q", f"{ORDERS},{EMAILS}", "-c", str(PROCESSES), "--loglevel", "WARNING"]
     print(f"  starting: taskq worker -A examples.demo.tasks:app -c {PROCESSES} "
           "(its outbox relay publishes the committed rows)")
+    print("  progress: tasks finished so far, and the rate since the first one finished")
     worker = subprocess.Popen(command, env=env)
     try:
         records = show_progress(record, worker)
@@ -130,9 +135,10 @@ def main() -> int:
             worker.send_signal(signal.SIGTERM)
         code = worker.wait(timeout=60)
     summarise(records)
-    print(f"\n  worker stopped with exit code {code} after a warm shutdown (SIGTERM)")
+    print(f"\n  worker stopped with exit code {code} after a warm shutdown (SIGTERM: running "
+          "tasks finished first; 0 is a clean stop)")
     backlog = app.outbox_backlog().rows
-    print(f"  outbox rows left: {backlog}")
+    print(f"  outbox rows left: {backlog} (committed tasks the relay has not published yet)")
     ok = len(records) == TOTAL and code == 0 and backlog == 0
     print("  demo " + ("finished: every task ran once." if ok else "FAILED: see above."))
     return 0 if ok else 1

@@ -15,7 +15,8 @@ import sqlalchemy as sa
 from taskq import App
 
 # No database_url: the outbox lives in the embedded default, sqlite:///taskq.sqlite3.
-app = App("demo", namespace=os.environ.get("TASKQ_DEMO_NAMESPACE", "taskq-demo"))
+NAMESPACE = os.environ.get("TASKQ_DEMO_NAMESPACE", "taskq-demo")
+app = App("demo", namespace=NAMESPACE)
 
 shop = sa.MetaData()
 orders = sa.Table(
@@ -26,8 +27,10 @@ orders = sa.Table(
     sa.Column("priority", sa.Integer, nullable=False),
 )
 
-ORDERS = "demo.orders"
-EMAILS = "demo.emails"
+# Queue names carry no namespace of their own: prefix them, so that no other app (nor a
+# test run with another namespace) meets these queues.
+ORDERS = f"{NAMESPACE}.orders"
+EMAILS = f"{NAMESPACE}.emails"
 
 # Orders are the critical lane; notifications may be shed first under load.
 app.queue(ORDERS, max_priority=10)

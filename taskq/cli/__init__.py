@@ -17,6 +17,7 @@ from taskq.cli.database import db
 from taskq.cli.dead_letters import dlq
 from taskq.cli.inspecting import inspect, status
 from taskq.cli.running import relay, worker
+from taskq.cli.teardown import teardown
 
 __all__ = ["main", "parse_duration"]
 
@@ -27,5 +28,5 @@ def main() -> None:
     """taskq: a task queue on RabbitMQ where nothing is silently lost."""
 
 
-for _command in (worker, relay, beat, status, inspect, db, dlq, dashboard):
+for _command in (worker, relay, beat, status, inspect, db, dlq, dashboard, teardown):
     main.add_command(_command)

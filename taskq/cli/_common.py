@@ -6,7 +6,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NoReturn
 
 import click
@@ -64,6 +64,51 @@ def load(app_path: str) -> Any:
         return load_app(app_path)
     except TaskqError as exc:
         raise click.BadParameter(str(exc), param_hint="'-A' / '--app'") from None
+
+
+# The tables each command reads or writes (all made by `taskq db create`).
+OUTBOX_TABLES = ("taskq_outbox",)
+SCHEDULE_TABLES = ("taskq_schedule", "taskq_schedulers", "taskq_outbox")
+RESULT_TABLES = ("taskq_results", "taskq_workflows", "taskq_workflow_members")
+
+
+def tables_advice(
+    app: Any, app_path: str, tables: Iterable[str], *, created: bool = False
+) -> str | None:
+    """What to run when ``tables`` are missing from the app's database; ``None`` if none is.
+
+    Args:
+        app: The loaded App.
+        app_path: The ``-A`` value, repeated in the advice.
+        tables: The tables the command needs.
+        created: The command creates the tables itself on the embedded SQLite default
+            (worker, relay, beat), so there is nothing to check there.
+
+    A database that cannot be reached is left to the command's own error.
+    """
+    from taskq.db import missing_tables, missing_tables_message
+
+    try:
+        engine = app.engine
+        if created and engine.dialect.name == "sqlite":
+            return None
+        missing = missing_tables(engine, tables)
+    except Exception:  # unreachable or bad URL: the command reports it in its own words
+        return None
+    finally:
+        app.close()
+    if not missing:
+        return None
+    return missing_tables_message(app.settings.database_url, missing, app_path)
+
+
+def require_tables(
+    app: Any, app_path: str, tables: Iterable[str], *, exit_code: int, created: bool = False
+) -> None:
+    """Stop with ``Error: <what to run>`` and ``exit_code`` when ``tables`` are missing."""
+    advice = tables_advice(app, app_path, tables, created=created)
+    if advice:
+        fail(advice, exit_code)
 
 
 def fail(message: str, exit_code: int = 1) -> NoReturn:

@@ -6,7 +6,14 @@ import sys
 
 import click
 
-from taskq.cli._common import LOGLEVEL_OPTION, fail, load, stop_on_signals
+from taskq.cli._common import (
+    LOGLEVEL_OPTION,
+    SCHEDULE_TABLES,
+    fail,
+    load,
+    require_tables,
+    stop_on_signals,
+)
 
 _APP_OPTION = click.option(
     "-A", "--app", "app_path", metavar="MODULE:APP",
@@ -38,11 +45,14 @@ def beat(ctx: click.Context, app_path: str | None, loglevel: str) -> None:
 def run(ctx: click.Context, app_path: str | None, loglevel: str) -> None:
     """Run the scheduler (what `taskq beat -A app` does)."""
     from taskq.schedules.beat_process import run_beat
-    from taskq.worker.process import configure_logging
+    from taskq.worker.process import EXIT_FATAL, configure_logging
 
     configure_logging(loglevel)
     stopping = stop_on_signals()
-    app = load(_app_path(ctx, app_path))
+    path = _app_path(ctx, app_path)
+    app = load(path)
+    if len(app.schedules):
+        require_tables(app, path, SCHEDULE_TABLES, exit_code=EXIT_FATAL, created=True)
     sys.exit(run_beat(app, stopping))
 
 
@@ -57,7 +67,10 @@ def list_schedules(ctx: click.Context, app_path: str | None, as_json: bool) -> N
 
     from taskq.schedules.report import collect, render
 
-    app = load(_app_path(ctx, app_path))
+    path = _app_path(ctx, app_path)
+    app = load(path)
+    if len(app.schedules):
+        require_tables(app, path, SCHEDULE_TABLES[:2], exit_code=1)
     try:
         report = collect(app)
     finally:

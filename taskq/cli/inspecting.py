@@ -8,7 +8,17 @@ from typing import Any
 
 import click
 
-from taskq.cli._common import APP_OPTION, fail, load, queue_names
+from taskq.cli._common import (
+    APP_OPTION,
+    OUTBOX_TABLES,
+    RESULT_TABLES,
+    SCHEDULE_TABLES,
+    fail,
+    load,
+    queue_names,
+    require_tables,
+    tables_advice,
+)
 from taskq.errors import TaskqError
 
 
@@ -30,6 +40,10 @@ def status(app_path: str, queues: str | None, as_json: bool, watch: float | None
 
     app = load(app_path)
     names = list(queue_names(app, queues)) if queues else None
+    # What to run comes first; the broker's side is still shown below it.
+    advice = tables_advice(app, app_path, SCHEDULE_TABLES if len(app.schedules) else OUTBOX_TABLES)
+    if advice:
+        click.echo(f"Error: {advice}", err=True)
     while True:
         report = collect(app, names)
         if as_json:
@@ -41,7 +55,7 @@ def status(app_path: str, queues: str | None, as_json: bool, watch: float | None
         time.sleep(watch)
         click.echo()
     app.close()
-    if report.broker_error or report.outbox.error:
+    if report.broker_error or report.outbox.error or advice:
         sys.exit(1)
 
 
@@ -69,6 +83,7 @@ def inspect(app_path: str, task_id: str, as_json: bool, scan_limit: int) -> None
     from taskq.workflows.store import read_workflow
 
     app = load(app_path)
+    require_tables(app, app_path, RESULT_TABLES, exit_code=1)
     try:
         if read_workflow(app.engine, task_id) is not None:
             show_workflow(app, task_id, as_json)

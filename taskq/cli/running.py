@@ -11,18 +11,21 @@ from taskq.cli._common import (
     APP_OPTION,
     LOG_LEVELS,
     LOGLEVEL_OPTION,
+    OUTBOX_TABLES,
+    SCHEDULE_TABLES,
     import_from_cwd,
     load,
     queue_names,
     reported,
+    require_tables,
     stop_on_signals,
     without_none,
 )
 from taskq.cli.dashboard import ENV_TOKEN, dashboard_server
-from taskq.errors import TaskqError
+from taskq.errors import ConfigurationError, TaskqError
 from taskq.worker.monitoring import LOOPBACK, Monitoring
 from taskq.worker.preflight import DECLARE_NEW_QUEUES_FLAG, check_known_queues
-from taskq.worker.process import configure_logging, load_app
+from taskq.worker.process import EXIT_FATAL, configure_logging, load_app
 from taskq.worker.supervisor import Supervisor
 
 
@@ -139,6 +142,8 @@ def worker(
         names = queue_names(app, queues)
         # Before the supervisor declares anything: a typo must not create a queue.
         check_known_queues(app, names, allow_new=declare_new_queues)
+        require_tables(app, app_path, _worker_tables(app, relay=relay, beat=beat),
+                       exit_code=ConfigurationError.exit_code, created=True)
         supervisor = Supervisor(
             app,
             app_path=app_path,
@@ -158,6 +163,15 @@ def worker(
         click.echo(f"Error: {exc}", err=True)
         sys.exit(exc.exit_code)
     sys.exit(code)
+
+
+def _worker_tables(app: Any, *, relay: bool, beat: bool) -> list[str]:
+    tables = ["taskq_processed"] if any(t.options.idempotent for t in app.registry) else []
+    if relay:
+        tables += OUTBOX_TABLES
+    if beat and len(app.schedules):
+        tables += SCHEDULE_TABLES
+    return list(dict.fromkeys(tables))
 
 
 def _dashboard(app: Any, port: int | None, host: str, token: str | None) -> tuple[Any, ...]:
@@ -182,4 +196,5 @@ def relay(app_path: str, loglevel: str) -> None:
     app = load(app_path)
     with reported():
         check_relay_start(app)
+    require_tables(app, app_path, OUTBOX_TABLES, exit_code=EXIT_FATAL, created=True)
     sys.exit(run_relay(app, stopping))

@@ -18,7 +18,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from taskq.broker.topology import Topology
-from taskq.db import describe_database_error, reach_advice
+from taskq.db import describe_database_error, missing_tables_message, reach_advice
 from taskq.errors import ConfigurationError
 from taskq.ordering.keys import partition_queue_name
 from taskq.settings import redact_url
@@ -125,6 +125,6 @@ def ensure_idempotency_table(app: App) -> None:
         app.close()  # no pooled connection may be inherited by a process
     if not ready:
         raise ConfigurationError(
-            "table taskq_processed is missing; run `taskq db create -A ...` (or migrate "
-            "with taskq.metadata), or declare tasks with idempotent=False"
+            missing_tables_message(app.settings.database_url, ["taskq_processed"])
+            + " (idempotent tasks keep their keys there)"
         )

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy as sa
 
 from taskq.broker.connection import LOGIN_REFUSED, check_login
-from taskq.db import describe_database_error, reach_advice
+from taskq.db import describe_database_error, missing_tables_message, reach_advice
 from taskq.errors import BrokerConnectionError, ConfigurationError
 from taskq.settings import redact_url
 from taskq.worker.process import (
@@ -46,9 +46,8 @@ def ensure_table(app: App, table: str, purpose: str, *, log: logging.Logger = lo
         log.info("created taskq's tables in %s", redact_url(app.settings.database_url))
         return True
     log.error(
-        "table %s does not exist in %s, so %s cannot run; create it with "
-        "`taskq db create -A ...`, app.create_tables() or an Alembic migration including "
-        "taskq.metadata", table, redact_url(app.settings.database_url), purpose,
+        "%s; %s cannot run without it",
+        missing_tables_message(app.settings.database_url, [table]), purpose,
     )
     return False
 
