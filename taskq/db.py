@@ -145,6 +145,18 @@ def missing_tables(engine: Engine, tables: Iterable[str]) -> list[str]:
     return [table for table in tables if not inspector.has_table(table)]
 
 
+def unmade_tables(engine: Engine, tables: Iterable[str]) -> tuple[list[str], bool]:
+    """After a failed read: which of ``tables`` are missing, and whether that only means no
+    worker has made them yet (the embedded SQLite default, whose tables the first worker,
+    relay or scheduler creates: nothing is stored there yet). ``([], False)`` when the
+    database cannot be inspected either."""
+    try:
+        missing = missing_tables(engine, tables)
+    except Exception:  # unreachable: the caller reports its own error
+        return [], False
+    return missing, bool(missing) and engine.dialect.name == "sqlite"
+
+
 def missing_tables_message(url: str, tables: Iterable[str], app_path: str | None = None) -> str:
     """What a command says when taskq's tables are missing: what to run comes first.
 

@@ -156,8 +156,26 @@ class ResultStore:
         self._upsert(task_id, task, ResultState.SUCCESS, retries=retries,
                      error=_NOT_RUN_AGAIN, finished=True)
 
+    def _read_error(self, task_id: str, exc: Exception) -> ResultError | None:
+        """What a failed read of ``task_id`` means: ``None`` for the embedded SQLite default
+        whose tables no worker has made yet (nothing stored), else the error to raise."""
+        from taskq.db import describe_database_error, missing_tables_message, unmade_tables
+
+        missing, not_yet = unmade_tables(self.engine, ["taskq_results"])
+        if not_yet:
+            return None
+        if missing:
+            return ResultError(missing_tables_message(str(self.engine.url), missing),
+                               task_id=task_id)
+        return ResultError(f"cannot read the result of task {task_id}: "
+                           f"{describe_database_error(exc)}", task_id=task_id)
+
     def get(self, task_id: str) -> ResultRecord | None:
         """The record of ``task_id``, or ``None`` when there is none (``PENDING``).
+
+        On the embedded SQLite default, a database whose tables no worker has made yet holds
+        no record; on any other database, missing tables are a :class:`ResultError` saying
+        to run ``taskq db create``.
 
         Raises:
             ResultError: the database cannot be read.
@@ -172,8 +190,10 @@ class ResultStore:
             with self.engine.connect() as conn:
                 row = conn.execute(sa.select(t).where(t.c.task_id == task_id)).mappings().first()
         except sa.exc.SQLAlchemyError as exc:
-            raise ResultError(f"cannot read the result of task {task_id}: {exc}",
-                              task_id=task_id) from exc
+            error = self._read_error(task_id, exc)
+            if error is None:
+                return None
+            raise error from exc
         if row is None:
             return None
         value = decode_body(row["result"])[0][0] if row["result"] is not None else None

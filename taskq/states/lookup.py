@@ -73,11 +73,19 @@ def from_database(app: StateSource, task_id: str) -> TaskStatus | None:
     """
     import sqlalchemy as sa
 
+    from taskq.db import missing_tables_message, unmade_tables
     from taskq.errors import ResultError
+    from taskq.schema import metadata
 
     try:
         return _from_tables(app, task_id)
     except sa.exc.SQLAlchemyError as exc:
+        missing, not_yet = unmade_tables(app.engine, [t.name for t in metadata.sorted_tables])
+        if not_yet:
+            return None  # the embedded SQLite default before its first worker: nothing yet
+        if missing:
+            raise ResultError(missing_tables_message(str(app.engine.url), missing),
+                              task_id=task_id) from exc
         raise ResultError(
             f"cannot read the state of task {task_id} from taskq's database: "
             f"{str(getattr(exc, 'orig', None) or exc).splitlines()[0]}; is the database up "

@@ -11,7 +11,9 @@ import pytest
 
 from taskq import App, ResultTimeout, TaskFailed
 from taskq.db import create_engine
+from taskq.errors import ResultError
 from taskq.results import AsyncResult, ResultState, ResultStore
+from tests.conftest import postgres_schema, schema_url
 
 
 @pytest.fixture
@@ -173,3 +175,25 @@ def test_a_late_retry_of_an_attempt_does_not_hide_the_next_attempt(app: App) -> 
 
     app.results.started("t8", "ship", 2)
     assert app.result("t8").state is ResultState.STARTED
+
+
+def test_get_before_a_worker_made_the_embedded_sqlite_tables_waits_for_the_task(
+    make_app: Callable[..., App], tmp_path
+) -> None:
+    # The embedded default's tables are made by the first worker: a caller may come first.
+    app = make_app(database_url=f"sqlite:///{tmp_path / 'fresh.sqlite3'}")
+    result = AsyncResult("t-fresh", task="ship", queue="q", app=app)
+
+    assert result.state is ResultState.PENDING
+    with pytest.raises(ResultTimeout):
+        result.get(timeout_s=0.3)
+
+
+def test_get_on_a_postgresql_database_without_the_tables_says_to_create_them_first(
+    make_app: Callable[..., App]
+) -> None:
+    with postgres_schema("tqbare", taskq_tables=False) as schema:
+        app = make_app(database_url=schema_url(schema))
+        with pytest.raises(ResultError) as info:
+            AsyncResult("t-bare", task="ship", queue="q", app=app).get(timeout_s=0.3)
+    assert str(info.value).startswith("taskq's tables are missing: run `taskq db create")
