@@ -145,6 +145,25 @@ def missing_tables(engine: Engine, tables: Iterable[str]) -> list[str]:
     return [table for table in tables if not inspector.has_table(table)]
 
 
+def delete_in_batches(
+    engine: Engine, key: sa.Column[Any], older: sa.ColumnElement[bool], batch_size: int
+) -> int:
+    """Delete the rows of ``key``'s table matching ``older``, ``batch_size`` at a time, each
+    batch its own short transaction (pruning millions of rows never holds long locks
+    against running workers); return how many were deleted."""
+    table = key.table
+    total = 0
+    while True:
+        batch = sa.select(key).where(older).limit(batch_size)
+        with engine.begin() as conn:
+            count = int(conn.execute(
+                table.delete().where(key.in_(batch.scalar_subquery()))
+            ).rowcount or 0)
+        total += count
+        if count < batch_size:
+            return total
+
+
 def unmade_tables(engine: Engine, tables: Iterable[str]) -> tuple[list[str], bool]:
     """After a failed read: which of ``tables`` are missing, and whether that only means no
     worker has made them yet (the embedded SQLite default, whose tables the first worker,

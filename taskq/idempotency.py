@@ -40,7 +40,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.orm import Session
 
-from taskq.db import dialect_of, utcnow
+from taskq.db import delete_in_batches, dialect_of, utcnow
 from taskq.errors import IdempotencyError
 from taskq.schema import processed_table
 from taskq.settings import redact_url
@@ -333,15 +333,7 @@ class IdempotencyStore:
         """
         cutoff = (now or utcnow()) - older_than
         t = processed_table
-        total = 0
-        while True:
-            batch = sa.select(t.c.key).where(t.c.finished_at < cutoff).limit(batch_size)
-            with self.engine.begin() as conn:
-                deleted = conn.execute(t.delete().where(t.c.key.in_(batch.scalar_subquery())))
-                count = int(deleted.rowcount or 0)
-            total += count
-            if count < batch_size:
-                break
+        total = delete_in_batches(self.engine, t.c.key, t.c.finished_at < cutoff, batch_size)
         logger.info("pruned %d idempotency keys older than %s", total, older_than)
         return total
 

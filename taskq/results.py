@@ -206,22 +206,11 @@ class ResultStore:
 
     def prune(self, *, older_than: timedelta, batch_size: int = 1000) -> int:
         """Delete finished results older than ``older_than`` in short batches."""
-        import sqlalchemy as sa
-
-        from taskq.db import utcnow
+        from taskq.db import delete_in_batches, utcnow
         from taskq.schema import results_table as t
 
         cutoff = utcnow() - older_than
-        total = 0
-        while True:
-            batch = sa.select(t.c.task_id).where(t.c.finished_at < cutoff).limit(batch_size)
-            with self.engine.begin() as conn:
-                count = int(conn.execute(
-                    t.delete().where(t.c.task_id.in_(batch.scalar_subquery()))
-                ).rowcount or 0)
-            total += count
-            if count < batch_size:
-                return total
+        return delete_in_batches(self.engine, t.c.task_id, t.c.finished_at < cutoff, batch_size)
 
     def _upsert(
         self,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 
-from taskq.db import as_aware, utcnow
+from taskq.db import as_aware, delete_in_batches, utcnow
 from taskq.schema import task_states_table as t
 
 if TYPE_CHECKING:
@@ -123,16 +123,7 @@ class TaskStateStore:
     def prune(self, *, older_than: timedelta, batch_size: int = 1000) -> int:
         """Delete rows not updated for ``older_than``, in short batches; return how many."""
         cutoff = utcnow() - older_than
-        total = 0
-        while True:
-            batch = sa.select(t.c.task_id).where(t.c.updated_at < cutoff).limit(batch_size)
-            with self.engine.begin() as conn:
-                count = int(conn.execute(
-                    t.delete().where(t.c.task_id.in_(batch.scalar_subquery()))
-                ).rowcount or 0)
-            total += count
-            if count < batch_size:
-                return total
+        return delete_in_batches(self.engine, t.c.task_id, t.c.updated_at < cutoff, batch_size)
 
 
 def _values(row: StateRow) -> tuple[Any, ...]:
