@@ -62,7 +62,10 @@ def test_the_readme_commands_install_and_migrate(tmp_path: Path, python: str, dj
     subprocess.run([found, "-m", "venv", str(venv)], check=True, timeout=120)
     database = tmp_path / "shop.sqlite3"
     env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith(("TASKQ_", "PYTHON"))},
+        # A user's shell, not this session's: the Django tests before this one leave their
+        # DJANGO_SETTINGS_MODULE in os.environ, which manage.py would take over its own.
+        **{k: v for k, v in os.environ.items()
+           if not k.startswith(("TASKQ_", "PYTHON", "DJANGO_"))},
         "SHOP_SQLITE_PATH": str(database),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
