@@ -63,9 +63,10 @@ def test_the_readme_commands_install_and_migrate(tmp_path: Path, python: str, dj
     database = tmp_path / "shop.sqlite3"
     env = {
         # A user's shell, not this session's: the Django tests before this one leave their
-        # DJANGO_SETTINGS_MODULE in os.environ, which manage.py would take over its own.
+        # DJANGO_SETTINGS_MODULE and the example's SHOP_DATABASE_* (PostgreSQL) in os.environ,
+        # which manage.py and the example's settings would take over the README's SQLite.
         **{k: v for k, v in os.environ.items()
-           if not k.startswith(("TASKQ_", "PYTHON", "DJANGO_"))},
+           if not k.startswith(("TASKQ_", "PYTHON", "DJANGO_", "SHOP_"))},
         "SHOP_SQLITE_PATH": str(database),
         "PIP_DISABLE_PIP_VERSION_CHECK": "1",
     }
