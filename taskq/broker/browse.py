@@ -22,6 +22,7 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from taskq.broker.connection import open_connection
+from taskq.broker.delivery import received_message
 from taskq.broker.versions import BrokerFacts
 from taskq.errors import BrokerError
 from taskq.message import WireMessage
@@ -111,11 +112,7 @@ def _look(
                 break
             fetched += 1
             if properties.message_id == message_id:
-                found = Sighting(queue, fetched, WireMessage(
-                    body, properties.message_id, dict(properties.headers or {}),
-                    properties.priority, properties.timestamp, properties.app_id,
-                    properties.content_type,
-                ))
+                found = Sighting(queue, fetched, received_message(properties, body))
                 break
     finally:
         if fetched and channel.is_open:

@@ -33,6 +33,7 @@ import pika.exceptions
 from pika.adapters.blocking_connection import BlockingChannel
 
 from taskq.broker.connection import open_connection
+from taskq.broker.delivery import received_message
 from taskq.broker.publisher import _properties
 from taskq.errors import BrokerConnectionError, BrokerError, PublishError
 from taskq.message import WireMessage
@@ -103,16 +104,8 @@ class ParkedQueue:
         method, properties, body = self._call(self._channel.basic_get, self.queue)
         if method is None:
             return None
-        message = WireMessage(
-            body,
-            properties.message_id,
-            dict(properties.headers or {}),
-            properties.priority,
-            properties.timestamp,
-            properties.app_id,
-            properties.content_type,
-        )
-        return Parked(message, method.routing_key, method.exchange, method.delivery_tag)
+        return Parked(received_message(properties, body), method.routing_key, method.exchange,
+                      method.delivery_tag)
 
     def ack(self, parked: Parked) -> None:
         """Remove ``parked`` from the queue for good."""
